@@ -1,0 +1,73 @@
+package mergepatch
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sink-io/sink/domain"
+)
+
+// The examples of RFC 7396, Appendix A, plus order and absence cases.
+func TestMergeJSON(t *testing.T) {
+	cases := []struct{ target, patch, want string }{
+		{`{"a":"b"}`, `{"a":"c"}`, `{"a":"c"}`},
+		{`{"a":"b"}`, `{"b":"c"}`, `{"a":"b","b":"c"}`},
+		{`{"a":"b"}`, `{"a":null}`, `{}`},
+		{`{"a":"b","b":"c"}`, `{"a":null}`, `{"b":"c"}`},
+		{`{"a":["b"]}`, `{"a":"c"}`, `{"a":"c"}`},
+		{`{"a":"c"}`, `{"a":["b"]}`, `{"a":["b"]}`},
+		{`{"a":{"b":"c"}}`, `{"a":{"b":"d","c":null}}`, `{"a":{"b":"d"}}`},
+		{`{"a":[{"b":"c"}]}`, `{"a":[1]}`, `{"a":[1]}`},
+		{`["a","b"]`, `["c","d"]`, `["c","d"]`},
+		{`{"a":"b"}`, `["c"]`, `["c"]`},
+		{`{"a":"foo"}`, `null`, `null`},
+		{`{"a":"foo"}`, `"bar"`, `"bar"`},
+		{`{"e":null}`, `{"a":1}`, `{"e":null,"a":1}`},
+		{`[1,2]`, `{"a":"b","c":null}`, `{"a":"b"}`},
+		{`{}`, `{"a":{"bb":{"ccc":null}}}`, `{"a":{"bb":{}}}`},
+		// Member order of the target is kept, large numbers are exact.
+		{`{"z":1,"a":2,"m":3}`, `{"a":20,"b":9007199254740993}`, `{"z":1,"a":20,"m":3,"b":9007199254740993}`},
+	}
+	for _, c := range cases {
+		got, err := MergeJSON([]byte(c.target), []byte(c.patch))
+		if err != nil {
+			t.Fatalf("%s + %s: %v", c.target, c.patch, err)
+		}
+		if string(got) != c.want {
+			t.Errorf("%s + %s = %s, want %s", c.target, c.patch, got, c.want)
+		}
+	}
+	got, err := MergeJSON(nil, []byte(`{"a":{"b":null,"c":1}}`))
+	if err != nil || string(got) != `{"a":{"c":1}}` {
+		t.Fatalf("merge into absence = %s, %v", got, err)
+	}
+}
+
+func TestMergeJSONRejectsInvalid(t *testing.T) {
+	if _, err := MergeJSON(nil, []byte(`{"a":`)); err == nil {
+		t.Fatal("invalid intent accepted")
+	}
+	if _, err := MergeJSON([]byte(`{nope`), []byte(`{}`)); err == nil {
+		t.Fatal("invalid current document accepted")
+	}
+	_, err := New().Merge(context.Background(), nil, domain.Document{ContentType: "application/json", Data: []byte("{")})
+	if domain.CodeOf(err) != domain.CodeInvalidArgument {
+		t.Fatalf("profile error code = %v", domain.CodeOf(err))
+	}
+}
+
+func FuzzMergeJSON(f *testing.F) {
+	f.Add([]byte(`{"a":1}`), []byte(`{"a":null,"b":{"c":2}}`))
+	f.Add([]byte(`[1]`), []byte(`"x"`))
+	f.Fuzz(func(t *testing.T, target, patch []byte) {
+		out, err := MergeJSON(target, patch)
+		if err != nil {
+			return
+		}
+		// Merge patches are idempotent: applying the patch again changes nothing.
+		again, err := MergeJSON(out, patch)
+		if err != nil || string(again) != string(out) {
+			t.Fatalf("not idempotent: %s then %s (%v)", out, again, err)
+		}
+	})
+}

@@ -1,0 +1,112 @@
+package application
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limits bound what one request may carry.
+type Limits struct {
+	// MaxOperations per request.
+	MaxOperations int
+	// MaxDocumentBytes per document or merge intent.
+	MaxDocumentBytes int
+	// MaxKeyBytes per string or bytes key.
+	MaxKeyBytes int
+	// MaxNameLength for store, namespace and dataset names, in bytes.
+	MaxNameLength int
+	// MaxRequestBytes: the sum of all documents, intents and keys of one request.
+	MaxRequestBytes int
+}
+
+// DefaultLimits are the limits used when none are configured.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxOperations:    1000,
+		MaxDocumentBytes: 4 << 20,
+		MaxKeyBytes:      1024,
+		MaxNameLength:    120,
+		MaxRequestBytes:  32 << 20,
+	}
+}
+
+// Validate reports every invalid limit at once.
+func (l Limits) Validate() error {
+	var errs []error
+	positive := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %d", name, v))
+		}
+	}
+	positive("max operations", l.MaxOperations)
+	positive("max document bytes", l.MaxDocumentBytes)
+	positive("max key bytes", l.MaxKeyBytes)
+	positive("max name length", l.MaxNameLength)
+	positive("max request bytes", l.MaxRequestBytes)
+	if l.MaxRequestBytes > 0 && l.MaxDocumentBytes > l.MaxRequestBytes {
+		errs = append(errs, fmt.Errorf("max document bytes (%d) must not exceed max request bytes (%d)", l.MaxDocumentBytes, l.MaxRequestBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// RetryPolicy bounds a retry loop: at most MaxAttempts tries, sleeping a
+// random ("full jitter") duration in [0, min(MaxBackoff, BaseBackoff·2^n)]
+// between them.
+type RetryPolicy struct {
+	MaxAttempts int
+	BaseBackoff time.Duration
+	MaxBackoff  time.Duration
+}
+
+// Validate reports every problem of the policy at once.
+func (p RetryPolicy) Validate(name string) error {
+	var errs []error
+	if p.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("%s: max attempts must be at least 1, got %d", name, p.MaxAttempts))
+	}
+	if p.BaseBackoff < 0 || p.MaxBackoff < 0 {
+		errs = append(errs, fmt.Errorf("%s: backoff durations must not be negative", name))
+	}
+	if p.MaxBackoff < p.BaseBackoff {
+		errs = append(errs, fmt.Errorf("%s: max backoff (%s) must not be below base backoff (%s)", name, p.MaxBackoff, p.BaseBackoff))
+	}
+	return errors.Join(errs...)
+}
+
+// Config configures the application service.
+type Config struct {
+	// Store is the name of the store this process serves. Requests that
+	// leave the store empty get this one.
+	Store  string
+	Limits Limits
+	// Merge bounds the read-modify-write retries of one merge on conflict.
+	Merge RetryPolicy
+	// Apply bounds the retries of a queued mutation on transient failures
+	// (worker path).
+	Apply RetryPolicy
+	// AsyncDisabledHint is appended to the error returned for
+	// RETURN_AFTER_ACCEPTED requests when no queue is configured; it should
+	// name the settings that enable the queue.
+	AsyncDisabledHint string
+}
+
+// DefaultConfig returns the defaults for every setting.
+func DefaultConfig() Config {
+	return Config{
+		Store:  "primary",
+		Limits: DefaultLimits(),
+		Merge:  RetryPolicy{MaxAttempts: 32, BaseBackoff: time.Millisecond, MaxBackoff: 100 * time.Millisecond},
+		Apply:  RetryPolicy{MaxAttempts: 10, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second},
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Store == "" {
+		errs = append(errs, errors.New("store name must not be empty"))
+	}
+	errs = append(errs, c.Limits.Validate(), c.Merge.Validate("merge retry"), c.Apply.Validate("apply retry"))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,293 @@
+// Package application holds Sink's use cases: validation, ordering in
+// dependency waves, batching, merges with compare-and-set retries, async
+// submission to the mutation queue, and the worker's apply path. It imports
+// only domain and ports.
+package application
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// Service executes Sink's Read, Write and Delete use cases and applies queued
+// mutations. It is safe for concurrent use.
+type Service struct {
+	cfg      Config
+	storage  ports.Storage
+	queue    ports.MutationQueue // nil: async completion is disabled
+	profiles map[string]ports.MergeProfile
+	log      *slog.Logger
+	now      func() time.Time
+	obs      Observer
+}
+
+// Option customizes a Service.
+type Option func(*Service)
+
+// WithQueue enables RETURN_AFTER_ACCEPTED through the given queue.
+func WithQueue(q ports.MutationQueue) Option { return func(s *Service) { s.queue = q } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.log = l } }
+
+// WithObserver sets the observer that receives measurements.
+func WithObserver(o Observer) Option { return func(s *Service) { s.obs = o } }
+
+// WithClock sets the clock used for submission times (tests).
+func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
+
+// NewService returns a service over storage with the given merge profiles.
+func NewService(cfg Config, storage ports.Storage, profiles []ports.MergeProfile, opts ...Option) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cannot create the application service: %w", err)
+	}
+	if storage == nil {
+		return nil, fmt.Errorf("cannot create the application service: no storage")
+	}
+	s := &Service{
+		cfg:      cfg,
+		storage:  storage,
+		profiles: make(map[string]ports.MergeProfile, len(profiles)),
+		log:      slog.Default(),
+		now:      time.Now,
+		obs:      NopObserver{},
+	}
+	for _, p := range profiles {
+		name := p.Name()
+		if name == "" {
+			return nil, fmt.Errorf("cannot register merge profile %T: empty name", p)
+		}
+		if _, dup := s.profiles[name]; dup {
+			return nil, fmt.Errorf("cannot register merge profile %q twice", name)
+		}
+		if len(p.ContentTypes()) == 0 {
+			return nil, fmt.Errorf("cannot register merge profile %q: it declares no content types", name)
+		}
+		s.profiles[name] = p
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// Store returns the name of the served store.
+func (s *Service) Store() string { return s.cfg.Store }
+
+// Limits returns the configured request limits.
+func (s *Service) Limits() Limits { return s.cfg.Limits }
+
+// AsyncEnabled reports whether RETURN_AFTER_ACCEPTED is available.
+func (s *Service) AsyncEnabled() bool { return s.queue != nil }
+
+func (s *Service) profileNames() string {
+	names := make([]string, 0, len(s.profiles))
+	for n := range s.profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// checkRequest validates the shape of a whole request.
+func (s *Service) checkRequest(n int, bytes int) *domain.Error {
+	switch {
+	case n == 0:
+		return domain.Errorf(domain.CodeInvalidArgument, "request has no operations")
+	case n > s.cfg.Limits.MaxOperations:
+		return domain.Errorf(domain.CodeInvalidArgument, "request has %d operations; the limit is %d", n, s.cfg.Limits.MaxOperations)
+	case bytes > s.cfg.Limits.MaxRequestBytes:
+		return &domain.Error{Code: domain.CodeResourceExhausted, Message: fmt.Sprintf("request carries %d bytes of keys and documents; the limit is %d", bytes, s.cfg.Limits.MaxRequestBytes)}
+	}
+	return nil
+}
+
+// Read reads the addressed records. The error is a whole-request error;
+// per-operation problems are in the results.
+func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResult, error) {
+	size := 0
+	for _, a := range addrs {
+		size += a.Key.Size()
+	}
+	if err := s.checkRequest(len(addrs), size); err != nil {
+		return nil, err
+	}
+	results := make([]ReadResult, len(addrs))
+	valid := make([]domain.Address, 0, len(addrs))
+	pos := make([]int, 0, len(addrs))
+	for i := range addrs {
+		a := addrs[i]
+		if err := s.normalizeAddress(i, 0, &a); err != nil {
+			results[i] = ReadResult{Status: StatusFailed, Err: err}
+			continue
+		}
+		if err := s.storage.Validate(ports.WriteOp{Kind: ports.WriteDelete, Address: a}); err != nil {
+			e := domain.AsError(err)
+			if e.Code == domain.CodeInvalidArgument {
+				e = invalid(i, 0, fmt.Sprintf("store %q", s.cfg.Store), "%s", e.Message)
+			}
+			results[i] = ReadResult{Status: StatusFailed, Err: e}
+			continue
+		}
+		valid = append(valid, a)
+		pos = append(pos, i)
+	}
+	if len(valid) == 0 {
+		return results, nil
+	}
+	start := time.Now()
+	got := s.storage.Read(ctx, valid)
+	s.obs.StorageCall("read", len(valid), time.Since(start))
+	for j, r := range got {
+		i := pos[j]
+		switch {
+		case r.Err != nil:
+			results[i] = ReadResult{Status: StatusFailed, Err: domain.AsError(r.Err)}
+		case !r.Found:
+			results[i] = ReadResult{Status: StatusNotFound}
+		default:
+			results[i] = ReadResult{Status: StatusFound, Record: r.Record}
+		}
+	}
+	return results, nil
+}
+
+// Write applies or enqueues puts and merges (mutations of kind put or
+// merge), one result per mutation, in order.
+func (s *Service) Write(ctx context.Context, muts []domain.Mutation, completion Completion) ([]WriteResult, error) {
+	return s.mutate(ctx, muts, completion, domain.MutationPut, domain.MutationMerge)
+}
+
+// Delete applies or enqueues deletes (mutations of kind delete).
+func (s *Service) Delete(ctx context.Context, muts []domain.Mutation, completion Completion) ([]WriteResult, error) {
+	return s.mutate(ctx, muts, completion, domain.MutationDelete)
+}
+
+func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion Completion, kinds ...domain.MutationKind) ([]WriteResult, error) {
+	size := 0
+	for i := range muts {
+		size += muts[i].Address.Key.Size() + len(muts[i].Document.Data) + len(muts[i].Merge.Intent.Data)
+	}
+	if err := s.checkRequest(len(muts), size); err != nil {
+		return nil, err
+	}
+	switch completion {
+	case WaitUntilApplied:
+	case ReturnAfterAccepted:
+		if s.queue == nil {
+			msg := "completion mode RETURN_AFTER_ACCEPTED needs a durable mutation queue, and none is configured"
+			if s.cfg.AsyncDisabledHint != "" {
+				msg += ": " + s.cfg.AsyncDisabledHint
+			}
+			return nil, domain.Errorf(domain.CodeFailedPrecondition, "%s", msg)
+		}
+	default:
+		return nil, domain.Errorf(domain.CodeInvalidArgument, "unknown completion mode %d", completion)
+	}
+
+	results := make([]WriteResult, len(muts))
+	work := make([]domain.Mutation, len(muts))
+	copy(work, muts)
+	valid := make([]int, 0, len(muts))
+	now := s.now()
+	for i := range work {
+		m := &work[i]
+		if !kindIn(m.Kind, kinds) {
+			results[i] = failed(invalid(i, 0, "kind", "must be one of %s, got %s", kindNames(kinds), m.Kind))
+			continue
+		}
+		if err := s.validateMutation(i, m); err != nil {
+			results[i] = failed(err)
+			continue
+		}
+		if m.ID == "" {
+			m.ID = NewMutationID()
+		}
+		if m.SubmittedAt.IsZero() {
+			m.SubmittedAt = now
+		}
+		valid = append(valid, i)
+	}
+	if len(valid) == 0 {
+		return results, nil
+	}
+	if completion == ReturnAfterAccepted {
+		s.submit(ctx, work, valid, results)
+		return results, nil
+	}
+	s.execute(ctx, work, valid, results, false)
+	return results, nil
+}
+
+func kindNames(kinds []domain.MutationKind) string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = k.String()
+	}
+	return strings.Join(names, " or ")
+}
+
+func kindIn(k domain.MutationKind, kinds []domain.MutationKind) bool {
+	for _, x := range kinds {
+		if k == x {
+			return true
+		}
+	}
+	return false
+}
+
+// submit enqueues the valid mutations and fills in their results.
+func (s *Service) submit(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult) {
+	batch := make([]domain.Mutation, len(valid))
+	for j, i := range valid {
+		batch[j] = work[i]
+	}
+	start := time.Now()
+	errs := s.queue.Submit(ctx, batch)
+	s.obs.QueuePublish(len(batch), time.Since(start))
+	for j, i := range valid {
+		var err error
+		if j < len(errs) {
+			err = errs[j]
+		} else {
+			err = domain.Errorf(domain.CodeInternal, "queue returned no result for this mutation")
+		}
+		if err != nil {
+			e := domain.AsError(err)
+			results[i] = WriteResult{Status: StatusFailed, Err: e}
+			continue
+		}
+		results[i] = WriteResult{Status: StatusAccepted, MutationID: batch[j].ID}
+	}
+}
+
+// NewMutationID returns a random, unique mutation id (a UUID version 4).
+func NewMutationID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], b[10:])
+	return string(out[:])
+}

@@ -1,0 +1,70 @@
+package application
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+var _ ports.MutationHandler = (*Service)(nil)
+
+// ApplyMutations applies queued mutations through the same execution path
+// as synchronous writes. Mutations of one record run strictly in slice
+// order; transient failures are retried with jittered exponential backoff
+// (Config.Apply) without letting that record's later mutations overtake
+// them. The outcome of each mutation is final: nil, a permanent failure for
+// the dead-letter topic, or CodeCanceled when ctx ended first.
+func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []ports.ApplyOutcome {
+	outcomes := make([]ports.ApplyOutcome, len(muts))
+	results := make([]WriteResult, len(muts))
+	work := make([]domain.Mutation, len(muts))
+	copy(work, muts)
+	pending := make([]int, 0, len(muts))
+	for i := range work {
+		if err := s.validateMutation(i, &work[i]); err != nil {
+			outcomes[i] = ports.ApplyOutcome{Err: err, Attempts: 1}
+			continue
+		}
+		pending = append(pending, i)
+	}
+	for attempt := 1; len(pending) > 0; attempt++ {
+		s.execute(ctx, work, pending, results, true)
+		retry := pending[:0:0]
+		for _, i := range pending {
+			outcomes[i].Attempts = attempt
+			r := results[i]
+			switch {
+			case r.Err == nil:
+				outcomes[i].Err = nil
+			case r.Err.Code == domain.CodeCanceled || ctx.Err() != nil:
+				outcomes[i].Err = domain.Wrap(domain.CodeCanceled, ctx.Err(), "stopped before the mutation was applied")
+			case r.Err.Retryable:
+				retry = append(retry, i)
+			default:
+				outcomes[i].Err = r.Err
+			}
+		}
+		if len(retry) == 0 {
+			break
+		}
+		if attempt >= s.cfg.Apply.MaxAttempts {
+			for _, i := range retry {
+				outcomes[i].Err = &domain.Error{Code: results[i].Err.Code, Cause: results[i].Err,
+					Message: fmt.Sprintf("retries exhausted after %d attempts: %s", attempt, results[i].Err.Message)}
+			}
+			break
+		}
+		d := s.cfg.Apply.backoff(attempt)
+		s.obs.ApplyRetry(d)
+		if !sleep(ctx, d) {
+			for _, i := range retry {
+				outcomes[i].Err = domain.Wrap(domain.CodeCanceled, ctx.Err(), "stopped before the mutation was applied")
+			}
+			break
+		}
+		pending = retry
+	}
+	return outcomes
+}

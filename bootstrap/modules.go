@@ -1,0 +1,172 @@
+// Package bootstrap assembles Sink processes with fx. It is the only package
+// that imports fx: modules here call the plain constructors of the other
+// packages, and roles (server, worker, all) are compositions of modules.
+//
+// Custom binaries build on the same modules, for example to register their
+// own merge profiles:
+//
+//	os.Exit(bootstrap.Main(os.Args[1:], bootstrap.MergeProfile(NewMyProfile)))
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	sinkgrpc "github.com/sink-io/sink/adapters/grpc"
+	"github.com/sink-io/sink/adapters/memory"
+	"github.com/sink-io/sink/adapters/mergepatch"
+	"github.com/sink-io/sink/application"
+	"github.com/sink-io/sink/ports"
+)
+
+// mergeProfilesGroup is the fx value group merge profiles are provided to.
+const mergeProfilesGroup = `group:"merge_profiles"`
+
+// MergeProfile registers a merge profile constructor (a func returning a
+// type that implements ports.MergeProfile, plus optional error) with the
+// application. Custom binaries pass it to Main or New.
+func MergeProfile(constructor any) fx.Option {
+	return fx.Provide(fx.Annotate(constructor, fx.As(new(ports.MergeProfile)), fx.ResultTags(mergeProfilesGroup)))
+}
+
+// NewLogger returns the process logger for the configured format and level.
+func NewLogger(cfg Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// ConfigModule supplies the configuration and the logger.
+func ConfigModule(cfg Config, log *slog.Logger) fx.Option {
+	return fx.Options(
+		fx.Module("config", fx.Supply(cfg, log)),
+		fx.WithLogger(func() fxevent.Logger {
+			if cfg.LogLevel == "debug" {
+				return &fxevent.SlogLogger{Logger: log}
+			}
+			return fxevent.NopLogger
+		}),
+	)
+}
+
+// StorageModule provides the ports.Storage: MongoDB when SINK_MONGODB_URI is
+// set, otherwise the in-memory store (with a warning that nothing persists).
+func StorageModule() fx.Option {
+	return fx.Module("storage",
+		fx.Provide(func(cfg Config, log *slog.Logger) ports.Storage {
+			log.Warn("no database configured (SINK_MONGODB_URI is empty): serving from memory; data is NOT persisted and is lost when the process stops",
+				"store", cfg.Store)
+			return memory.New()
+		}),
+	)
+}
+
+// ProfilesModule registers the built-in merge profiles.
+func ProfilesModule() fx.Option {
+	return fx.Module("profiles", MergeProfile(mergepatch.New))
+}
+
+type serviceParams struct {
+	fx.In
+	Config   Config
+	Log      *slog.Logger
+	Storage  ports.Storage
+	Profiles []ports.MergeProfile `group:"merge_profiles"`
+	Queue    ports.MutationQueue  `optional:"true"`
+}
+
+// ApplicationModule provides the application service.
+func ApplicationModule() fx.Option {
+	return fx.Module("application",
+		fx.Provide(func(p serviceParams) (*application.Service, error) {
+			opts := []application.Option{application.WithLogger(p.Log)}
+			if p.Queue != nil {
+				opts = append(opts, application.WithQueue(p.Queue))
+			}
+			return application.NewService(p.Config.Application(), p.Storage, p.Profiles, opts...)
+		}),
+	)
+}
+
+// GRPCEndpoint exposes the address the gRPC server listens on, once started.
+type GRPCEndpoint struct {
+	mu   sync.Mutex
+	addr net.Addr
+}
+
+// Addr returns the bound address (nil before start).
+func (e *GRPCEndpoint) Addr() net.Addr {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.addr
+}
+
+// GRPCModule serves the Sink API, health and reflection. The listener opens
+// in OnStart (so start-up fails clearly when the address is taken); OnStop
+// drains in-flight RPCs with GracefulStop and cuts them when the shutdown
+// context ends.
+func GRPCModule() fx.Option {
+	return fx.Module("grpc",
+		fx.Provide(
+			func() *health.Server { return health.NewServer() },
+			func() *GRPCEndpoint { return &GRPCEndpoint{} },
+			func(svc *application.Service) *sinkgrpc.Server { return sinkgrpc.NewServer(svc) },
+			func(cfg Config, api *sinkgrpc.Server, hs *health.Server) *grpc.Server {
+				return sinkgrpc.NewGRPCServer(api, hs, cfg.MaxRequestBytes+1<<20)
+			},
+		),
+		fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, srv *grpc.Server, hs *health.Server, ep *GRPCEndpoint) {
+			lc.Append(fx.Hook{
+				OnStart: func(context.Context) error {
+					lis, err := net.Listen("tcp", cfg.GRPCAddress)
+					if err != nil {
+						return fmt.Errorf("cannot listen on SINK_GRPC_ADDRESS %q: %w", cfg.GRPCAddress, err)
+					}
+					ep.mu.Lock()
+					ep.addr = lis.Addr()
+					ep.mu.Unlock()
+					hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+					hs.SetServingStatus(sinkgrpc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+					go func() {
+						if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+							log.Error("gRPC server stopped", "error", err)
+						}
+					}()
+					log.Info("serving the Sink gRPC API", "address", lis.Addr().String(), "store", cfg.Store)
+					return nil
+				},
+				OnStop: func(ctx context.Context) error {
+					hs.Shutdown()
+					done := make(chan struct{})
+					go func() {
+						srv.GracefulStop()
+						close(done)
+					}()
+					select {
+					case <-done:
+						return nil
+					case <-ctx.Done():
+						srv.Stop()
+						return fmt.Errorf("cannot drain in-flight RPCs before the shutdown timeout: %w", ctx.Err())
+					}
+				},
+			})
+		}),
+	)
+}

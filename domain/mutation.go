@@ -1,0 +1,91 @@
+package domain
+
+import "time"
+
+// PutMode says what a put expects of the record's existence.
+type PutMode uint8
+
+// Put modes. Values are part of the queued mutation encoding.
+const (
+	PutUpsert  PutMode = 0 // create or replace
+	PutCreate  PutMode = 1 // the record must not exist
+	PutReplace PutMode = 2 // the record must exist
+)
+
+func (m PutMode) String() string {
+	switch m {
+	case PutUpsert:
+		return "UPSERT"
+	case PutCreate:
+		return "CREATE"
+	case PutReplace:
+		return "REPLACE"
+	default:
+		return "UNKNOWN"
+	}
+}
+
+// MutationKind is the kind of a write-side operation.
+type MutationKind uint8
+
+// Mutation kinds. Values are part of the queued mutation encoding.
+const (
+	MutationPut    MutationKind = 1
+	MutationMerge  MutationKind = 2
+	MutationDelete MutationKind = 3
+)
+
+func (k MutationKind) String() string {
+	switch k {
+	case MutationPut:
+		return "put"
+	case MutationMerge:
+		return "merge"
+	case MutationDelete:
+		return "delete"
+	default:
+		return "unknown"
+	}
+}
+
+// MergeIntent names a merge profile and carries the intent document the
+// profile interprets. The asynchronous path stores the intent, never the
+// merge result: the profile runs when the mutation is applied.
+type MergeIntent struct {
+	Profile string
+	Intent  Document
+}
+
+// SourcePosition locates a queued mutation in its log (for Kafka: partition
+// and offset). It is zero for mutations applied synchronously.
+type SourcePosition struct {
+	Partition int32
+	Offset    int64
+}
+
+// Mutation is one write-side operation on one record: a complete-document
+// put, a profile-driven merge, or a delete. The same type flows through the
+// synchronous path and through the mutation queue, so both share one
+// execution path.
+type Mutation struct {
+	// ID is unique per submitted mutation and stable across redeliveries.
+	ID      string
+	Kind    MutationKind
+	Address Address
+
+	// Put: the complete document and the existence mode.
+	Document Document
+	Mode     PutMode
+
+	// Merge: profile name and intent.
+	Merge MergeIntent
+
+	// ExpectedRevision, when not empty, must equal the record's current
+	// revision (put and delete only).
+	ExpectedRevision Revision
+
+	// SubmittedAt is when the mutation was accepted (async) or received (sync).
+	SubmittedAt time.Time
+	// Source is where the mutation was read from when it came from a queue.
+	Source SourcePosition
+}
