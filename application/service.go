@@ -27,7 +27,7 @@ type Service struct {
 	profiles map[string]ports.MergeProfile
 	log      *slog.Logger
 	now      func() time.Time
-	obs      Observer
+	obs      ports.Observer
 }
 
 // Option customizes a Service.
@@ -40,7 +40,7 @@ func WithQueue(q ports.MutationQueue) Option { return func(s *Service) { s.queue
 func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.log = l } }
 
 // WithObserver sets the observer that receives measurements.
-func WithObserver(o Observer) Option { return func(s *Service) { s.obs = o } }
+func WithObserver(o ports.Observer) Option { return func(s *Service) { s.obs = o } }
 
 // WithClock sets the clock used for submission times (tests).
 func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
@@ -59,7 +59,7 @@ func NewService(cfg Config, storage ports.Storage, profiles []ports.MergeProfile
 		profiles: make(map[string]ports.MergeProfile, len(profiles)),
 		log:      slog.Default(),
 		now:      time.Now,
-		obs:      NopObserver{},
+		obs:      ports.NopObserver{},
 	}
 	for _, p := range profiles {
 		name := p.Name()
