@@ -1,0 +1,17 @@
+package mongotest
+
+import (
+	"errors"
+	"syscall"
+)
+
+// childSysProcAttr makes the FerretDB child die with SIGKILL when the test
+// process dies, so no server outlives a crashed or killed test binary.
+func childSysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// processGone reports whether no process with this pid exists.
+func processGone(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
