@@ -28,6 +28,8 @@ type Service struct {
 	log      *slog.Logger
 	now      func() time.Time
 	obs      ports.Observer
+	// requirePrincipal: see RequirePrincipal (authorize.go).
+	requirePrincipal bool
 }
 
 // Option customizes a Service.
@@ -124,19 +126,27 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	if err := s.checkRequest(len(addrs), size); err != nil {
 		return nil, err
 	}
+	if err := s.checkCaller(ctx); err != nil {
+		return nil, err
+	}
 	results := make([]ReadResult, len(addrs))
+	defer s.observeReads(ctx, addrs, results)
 	valid := make([]domain.Address, 0, len(addrs))
 	pos := make([]int, 0, len(addrs))
 	for i := range addrs {
 		a := addrs[i]
-		if err := s.normalizeAddress(i, 0, &a); err != nil {
+		if err := s.normalizeAddress(opIndex(i), 0, &a); err != nil {
+			results[i] = ReadResult{Status: StatusFailed, Err: err}
+			continue
+		}
+		if err := s.authorize(ctx, i, 0, a); err != nil {
 			results[i] = ReadResult{Status: StatusFailed, Err: err}
 			continue
 		}
 		if err := s.storage.Validate(ports.WriteOp{Kind: ports.WriteDelete, Address: a}); err != nil {
 			e := domain.AsError(err)
 			if e.Code == domain.CodeInvalidArgument {
-				e = invalid(i, 0, fmt.Sprintf("store %q", s.cfg.Store), "%s", e.Message)
+				e = invalid(opIndex(i), 0, fmt.Sprintf("store %q", s.cfg.Store), "%s", e.Message)
 			}
 			results[i] = ReadResult{Status: StatusFailed, Err: e}
 			continue
@@ -183,6 +193,9 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	if err := s.checkRequest(len(muts), size); err != nil {
 		return nil, err
 	}
+	if err := s.checkCaller(ctx); err != nil {
+		return nil, err
+	}
 	switch completion {
 	case WaitUntilApplied:
 	case ReturnAfterAccepted:
@@ -200,15 +213,20 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	results := make([]WriteResult, len(muts))
 	work := make([]domain.Mutation, len(muts))
 	copy(work, muts)
+	defer s.observeMutations(ctx, useCaseOf(kinds), work, completion, results)
 	valid := make([]int, 0, len(muts))
 	now := s.now()
 	for i := range work {
 		m := &work[i]
 		if !kindIn(m.Kind, kinds) {
-			results[i] = failed(invalid(i, 0, "kind", "must be one of %s, got %s", kindNames(kinds), m.Kind))
+			results[i] = failed(invalid(opIndex(i), 0, "kind", "must be one of %s, got %s", kindNames(kinds), m.Kind))
 			continue
 		}
-		if err := s.validateMutation(i, m); err != nil {
+		if err := s.validateMutation(opIndex(i), m); err != nil {
+			results[i] = failed(err)
+			continue
+		}
+		if err := s.authorize(ctx, i, m.Kind, m.Address); err != nil {
 			results[i] = failed(err)
 			continue
 		}

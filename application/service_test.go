@@ -311,8 +311,8 @@ func TestApplyMutationsRetriesTransientFailuresInOrder(t *testing.T) {
 	if out[0].Attempts != 3 || out[2].Attempts != 1 {
 		t.Fatalf("attempts: %+v", out)
 	}
-	if domain.CodeOf(out[3].Err) != domain.CodeInvalidArgument {
-		t.Fatalf("unknown profile must fail permanently: %v", out[3].Err)
+	if domain.CodeOf(out[3].Err) != domain.CodeInvalidArgument || !strings.Contains(out[3].Err.Error(), "mutation m3 (merge)") {
+		t.Fatalf("unknown profile must fail permanently, naming the mutation: %v", out[3].Err)
 	}
 	// The merges ran after the put, in order: 1 + 10 + 100.
 	if value(t, s, "flaky") != 111 || value(t, s, "other") != 5 {

@@ -21,9 +21,10 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 	results := make([]WriteResult, len(muts))
 	work := make([]domain.Mutation, len(muts))
 	copy(work, muts)
+	defer s.observeApplied(work, outcomes, results)
 	pending := make([]int, 0, len(muts))
 	for i := range work {
-		if err := s.validateMutation(i, &work[i]); err != nil {
+		if err := s.validateMutation(opMutation(work[i].ID), &work[i]); err != nil {
 			outcomes[i] = ports.ApplyOutcome{Err: err, Attempts: 1}
 			continue
 		}

@@ -27,6 +27,7 @@ const (
 type Config struct {
 	Mode            string        `env:"SINK_MODE" envDefault:"server" desc:"Role of the process: server (gRPC API), worker (applies queued mutations), or all (both, sharing one storage and one Kafka client)."`
 	GRPCAddress     string        `env:"SINK_GRPC_ADDRESS" envDefault:":8080" desc:"Listen address of the gRPC API (server and all modes)."`
+	HTTPAddress     string        `env:"SINK_HTTP_ADDRESS" envDefault:":8081" desc:"Listen address of the HTTP operations endpoint in every mode: /livez (liveness), /readyz (readiness), /metrics (Prometheus) and, in worker and all modes, /healthz. The value off disables it."`
 	Store           string        `env:"SINK_STORE" envDefault:"primary" desc:"Name of the store this process serves. Requests naming another store get an error; an empty store in a request means this one."`
 	ShutdownTimeout time.Duration `env:"SINK_SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"How long a graceful shutdown may drain in-flight work before it is cut short."`
 	LogFormat       string        `env:"SINK_LOG_FORMAT" envDefault:"json" desc:"Log format: json or text."`
@@ -42,13 +43,22 @@ type Config struct {
 
 	MongoDB MongoDBConfig
 	Kafka   KafkaConfig
+	// Health checks and metrics (observability.go).
+	Observability ObservabilityConfig
+
+	// Security settings of the gRPC API (security.go).
+	TLS       TLSConfig
+	Auth      AuthConfig
+	RateLimit RateLimitConfig
 }
 
 // MongoDBConfig selects and configures the MongoDB storage adapter.
 type MongoDBConfig struct {
-	URI         string `env:"SINK_MONGODB_URI" desc:"MongoDB connection string. When empty, Sink serves from memory (nothing is persisted). Pool size, timeouts and TLS come from the URI options."`
-	HiddenField string `env:"SINK_MONGODB_HIDDEN_FIELD" envDefault:"__sink" desc:"Top-level field in which Sink keeps its per-record metadata (revision)."`
-	Bindings    string `env:"SINK_MONGODB_BINDINGS" desc:"JSON array mapping logical namespace/dataset pairs to existing database/collection pairs, e.g. [{\"namespace\":\"shop\",\"dataset\":\"orders\",\"database\":\"legacy\",\"collection\":\"Orders\"}]."`
+	URI             string `env:"SINK_MONGODB_URI" desc:"MongoDB connection string. When empty, Sink serves from memory (nothing is persisted). Pool size, timeouts and TLS come from the URI options."`
+	HiddenField     string `env:"SINK_MONGODB_HIDDEN_FIELD" envDefault:"__sink" desc:"Top-level field in which Sink keeps its per-record metadata (revision)."`
+	BulkChunk       int    `env:"SINK_MONGODB_BULK_CHUNK" envDefault:"1000" desc:"Most unconditional puts and creates in one MongoDB bulk write (FerretDB v1 needs 48 or less)."`
+	BulkConcurrency int    `env:"SINK_MONGODB_BULK_CONCURRENCY" envDefault:"4" desc:"Bulk writes of one storage call that run at once (FerretDB v1 needs 1)."`
+	Bindings        string `env:"SINK_MONGODB_BINDINGS" desc:"JSON array mapping logical namespace/dataset pairs to existing database/collection pairs, e.g. [{\"namespace\":\"shop\",\"dataset\":\"orders\",\"database\":\"legacy\",\"collection\":\"Orders\"}]."`
 }
 
 // KafkaConfig configures the durable mutation queue.
@@ -60,6 +70,10 @@ type KafkaConfig struct {
 	MaxPollRecords   int           `env:"SINK_KAFKA_MAX_POLL_RECORDS" envDefault:"500" desc:"Maximum mutations a worker fetches and applies as one batch."`
 	ApplyMaxAttempts int           `env:"SINK_APPLY_MAX_ATTEMPTS" envDefault:"20" desc:"Attempts of a queued mutation on transient failures before it is dead-lettered."`
 	ApplyMaxBackoff  time.Duration `env:"SINK_APPLY_MAX_BACKOFF" envDefault:"10s" desc:"Upper bound of the jittered exponential backoff between attempts of a queued mutation."`
+	PublishTimeout   time.Duration `env:"SINK_KAFKA_PUBLISH_TIMEOUT" envDefault:"5s" desc:"How long an asynchronous Write or Delete waits for the brokers to acknowledge its mutations before reporting them FAILED with a retryable UNAVAILABLE error."`
+	SessionTimeout   time.Duration `env:"SINK_KAFKA_SESSION_TIMEOUT" envDefault:"10s" desc:"Consumer group session timeout of a worker: how soon the partitions of a worker that died are handed to the others (the brokers' group.min.session.timeout.ms applies, usually 6s)."`
+	// Security: TLS and SASL towards the brokers (kafka_security.go).
+	Security KafkaSecurityConfig
 }
 
 // Enabled reports whether a queue is configured.
@@ -155,6 +169,8 @@ func (c Config) validate(unparsed map[string]bool) error {
 		}
 	}
 	positive("SINK_MAX_OPERATIONS", c.MaxOperations)
+	positive("SINK_MONGODB_BULK_CHUNK", c.MongoDB.BulkChunk)
+	positive("SINK_MONGODB_BULK_CONCURRENCY", c.MongoDB.BulkConcurrency)
 	positive("SINK_MAX_DOCUMENT_BYTES", c.MaxDocumentBytes)
 	positive("SINK_MAX_KEY_BYTES", c.MaxKeyBytes)
 	positive("SINK_MAX_NAME_LENGTH", c.MaxNameLength)
@@ -204,9 +220,17 @@ func (c Config) validate(unparsed map[string]bool) error {
 	if k.ApplyMaxBackoff <= 0 && !unparsed["SINK_APPLY_MAX_BACKOFF"] {
 		add("SINK_APPLY_MAX_BACKOFF must be positive, got %s", k.ApplyMaxBackoff)
 	}
+	if k.PublishTimeout <= 0 && !unparsed["SINK_KAFKA_PUBLISH_TIMEOUT"] {
+		add("SINK_KAFKA_PUBLISH_TIMEOUT must be positive, got %s", k.PublishTimeout)
+	}
+	if k.SessionTimeout <= 0 && !unparsed["SINK_KAFKA_SESSION_TIMEOUT"] {
+		add("SINK_KAFKA_SESSION_TIMEOUT must be positive, got %s", k.SessionTimeout)
+	}
 	if k.Enabled() && k.DeadLetter() == k.Topic {
 		add("SINK_KAFKA_DEAD_LETTER_TOPIC must differ from SINK_KAFKA_TOPIC")
 	}
+	errs = append(errs, c.validateSecurity(unparsed))
+	errs = append(errs, c.validateObservability(unparsed))
 	return errors.Join(errs...)
 }
 

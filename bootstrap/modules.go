@@ -22,10 +22,8 @@ import (
 	"go.uber.org/fx/fxevent"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	sinkgrpc "github.com/sink-io/sink/adapters/grpc"
-	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/adapters/mergepatch"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/ports"
@@ -68,12 +66,9 @@ func ConfigModule(cfg Config, log *slog.Logger) fx.Option {
 // StorageModule provides the ports.Storage: MongoDB when SINK_MONGODB_URI is
 // set, otherwise the in-memory store (with a warning that nothing persists).
 func StorageModule() fx.Option {
+	// One *mongo.Client per process (see mongodb.go), also provided as is.
 	return fx.Module("storage",
-		fx.Provide(func(cfg Config, log *slog.Logger) ports.Storage {
-			log.Warn("no database configured (SINK_MONGODB_URI is empty): serving from memory; data is NOT persisted and is lost when the process stops",
-				"store", cfg.Store)
-			return memory.New()
-		}),
+		fx.Provide(newMongoConn, mongoClient, newStorage),
 	)
 }
 
@@ -89,6 +84,7 @@ type serviceParams struct {
 	Storage  ports.Storage
 	Profiles []ports.MergeProfile `group:"merge_profiles"`
 	Queue    ports.MutationQueue  `optional:"true"`
+	Observer ports.Observer       `optional:"true"` // ObservabilityModule
 }
 
 // ApplicationModule provides the application service.
@@ -96,8 +92,14 @@ func ApplicationModule() fx.Option {
 	return fx.Module("application",
 		fx.Provide(func(p serviceParams) (*application.Service, error) {
 			opts := []application.Option{application.WithLogger(p.Log)}
+			if p.Observer != nil {
+				opts = append(opts, application.WithObserver(p.Observer))
+			}
 			if p.Queue != nil {
 				opts = append(opts, application.WithQueue(p.Queue))
+			}
+			if p.Config.Auth.Enabled() {
+				opts = append(opts, application.RequirePrincipal())
 			}
 			return application.NewService(p.Config.Application(), p.Storage, p.Profiles, opts...)
 		}),
@@ -123,15 +125,20 @@ func (e *GRPCEndpoint) Addr() net.Addr {
 // context ends.
 func GRPCModule() fx.Option {
 	return fx.Module("grpc",
+		securityProviders(),
 		fx.Provide(
 			func() *health.Server { return health.NewServer() },
 			func() *GRPCEndpoint { return &GRPCEndpoint{} },
+			sinkgrpc.NewStreamCloser,
 			func(svc *application.Service) *sinkgrpc.Server { return sinkgrpc.NewServer(svc) },
-			func(cfg Config, api *sinkgrpc.Server, hs *health.Server) *grpc.Server {
-				return sinkgrpc.NewGRPCServer(api, hs, cfg.MaxRequestBytes+1<<20)
+			func(cfg Config, api *sinkgrpc.Server, hs *health.Server, sec GRPCServerOptions, obs GRPCObservability, streams *sinkgrpc.StreamCloser) *grpc.Server {
+				// The observability interceptor first: it is the outermost (observability.go).
+				opts := append(append([]grpc.ServerOption{}, obs.Options...), sec.Options...)
+				opts = append(opts, grpc.ChainStreamInterceptor(streams.Interceptor()))
+				return sinkgrpc.NewGRPCServer(api, hs, cfg.MaxRequestBytes+1<<20, opts...)
 			},
 		),
-		fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, srv *grpc.Server, hs *health.Server, ep *GRPCEndpoint) {
+		fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, srv *grpc.Server, hs *health.Server, ep *GRPCEndpoint, streams *sinkgrpc.StreamCloser) {
 			lc.Append(fx.Hook{
 				OnStart: func(context.Context) error {
 					lis, err := net.Listen("tcp", cfg.GRPCAddress)
@@ -141,8 +148,7 @@ func GRPCModule() fx.Option {
 					ep.mu.Lock()
 					ep.addr = lis.Addr()
 					ep.mu.Unlock()
-					hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-					hs.SetServingStatus(sinkgrpc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+					// The serving status follows the health monitor (observability.go).
 					go func() {
 						if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 							log.Error("gRPC server stopped", "error", err)
@@ -153,6 +159,8 @@ func GRPCModule() fx.Option {
 				},
 				OnStop: func(ctx context.Context) error {
 					hs.Shutdown()
+					// Health watchers and reflection streams would hold GracefulStop open.
+					streams.CloseAll()
 					done := make(chan struct{})
 					go func() {
 						srv.GracefulStop()

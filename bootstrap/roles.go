@@ -7,10 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"go.uber.org/fx"
+
+	"github.com/sink-io/sink/client/cli"
 )
 
 // Server is the server role: the gRPC API over storage.
@@ -18,13 +18,37 @@ func Server() fx.Option {
 	return fx.Options(StorageModule(), ProfilesModule(), ApplicationModule(), GRPCModule())
 }
 
-// Role returns the modules of the configured mode.
+// Worker is the worker role: applies queued mutations, opens no gRPC
+// listener (only the HTTP health endpoint).
+func Worker() fx.Option {
+	return fx.Options(StorageModule(), ProfilesModule(), ApplicationModule(), KafkaModule(), WorkerModule(), WorkerHealthModule())
+}
+
+// All is the server and the worker in one process, sharing one storage
+// client and one Kafka client.
+func All() fx.Option {
+	return fx.Options(StorageModule(), ProfilesModule(), ApplicationModule(), KafkaModule(), GRPCModule(), WorkerModule(), WorkerHealthModule())
+}
+
+// Role returns the modules of the configured mode. The server role gets
+// the mutation queue (RETURN_AFTER_ACCEPTED) when Kafka is configured.
 func Role(cfg Config) (fx.Option, error) {
 	switch cfg.Mode {
 	case ModeServer:
+		if cfg.Kafka.Enabled() {
+			return fx.Options(Server(), KafkaModule()), nil
+		}
 		return Server(), nil
+	case ModeWorker, ModeAll:
+		if !cfg.Kafka.Enabled() || cfg.Kafka.GroupID == "" {
+			return nil, fmt.Errorf("SINK_MODE=%s needs the Kafka mutation queue: set SINK_KAFKA_BROKERS, SINK_KAFKA_TOPIC and SINK_KAFKA_GROUP_ID", cfg.Mode)
+		}
+		if cfg.Mode == ModeWorker {
+			return Worker(), nil
+		}
+		return All(), nil
 	default:
-		return nil, fmt.Errorf("SINK_MODE=%s needs the Kafka mutation queue: set SINK_KAFKA_BROKERS, SINK_KAFKA_TOPIC and SINK_KAFKA_GROUP_ID", cfg.Mode)
+		return nil, fmt.Errorf("unknown SINK_MODE %q", cfg.Mode)
 	}
 }
 
@@ -37,6 +61,9 @@ func New(cfg Config, log *slog.Logger, extra ...fx.Option) (*fx.App, error) {
 	}
 	opts := append([]fx.Option{
 		ConfigModule(cfg, log),
+		// Before the role: its HTTP endpoint opens first and closes last;
+		// readiness is checked after everything started (observability.go).
+		ObservabilityModule(),
 		role,
 		fx.StartTimeout(cfg.ShutdownTimeout),
 		fx.StopTimeout(cfg.ShutdownTimeout),
@@ -65,13 +92,13 @@ func Run(stderr io.Writer, extra ...fx.Option) error {
 	if err := app.Start(startCtx); err != nil {
 		return fmt.Errorf("cannot start Sink: %w", err)
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	select {
-	case s := <-sig:
-		log.Info("shutting down", "signal", s.String(), "timeout", cfg.ShutdownTimeout.String())
-	case <-app.Done():
+	// Wait returns on SIGINT/SIGTERM, or when a component asks for shutdown
+	// (for example a worker whose consume loop died, with exit code 1).
+	down := <-app.Wait()
+	if down.Signal != nil {
+		log.Info("shutting down", "signal", down.Signal.String(), "timeout", cfg.ShutdownTimeout.String())
+	} else {
+		log.Warn("shutting down at a component's request", "exit_code", down.ExitCode, "timeout", cfg.ShutdownTimeout.String())
 	}
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancelStop()
@@ -79,6 +106,9 @@ func Run(stderr io.Writer, extra ...fx.Option) error {
 		return fmt.Errorf("cannot stop Sink cleanly: %w", err)
 	}
 	log.Info("stopped")
+	if down.ExitCode != 0 {
+		return fmt.Errorf("stopped because a component failed (exit code %d); see the log above", down.ExitCode)
+	}
 	return nil
 }
 
@@ -94,6 +124,12 @@ func Main(args []string, extra ...fx.Option) int {
 		case "config-table":
 			fmt.Fprint(os.Stdout, ConfigTable())
 			return 0
+		case "dead-letter":
+			return DeadLetterMain(args[1:], os.Stdout, os.Stderr)
+		case "read", "put", "merge", "delete":
+			return cli.Main(args)
+		case "hash-token":
+			return HashTokenMain(args[1:], os.Stdin, os.Stdout, os.Stderr)
 		default:
 			fmt.Fprintf(os.Stderr, "sink: unknown command %q\n\n%s", args[0], usage)
 			return 2
@@ -118,5 +154,11 @@ configured from SINK_* environment variables (see the README), until SIGINT or S
 
 Commands:
   config-table   print the configuration reference (Markdown)
+  dead-letter    list or replay dead-lettered mutations (sink dead-letter help)
+  read           read a record from a running Sink (sink read --help)
+  put            write a document (sink put --help)
+  merge          merge an intent into a record (sink merge --help)
+  delete         delete a record (sink delete --help)
+  hash-token     hash a bearer token for SINK_AUTH_TOKEN_FILE (sink hash-token --help)
   help           show this help
 `

@@ -20,6 +20,7 @@ const module = "github.com/sink-io/sink"
 //   - application imports the standard library, domain and ports;
 //   - adapters import domain and ports (the gRPC adapter also application),
 //     never each other, never bootstrap;
+//   - the client (client/) imports only domain and proto of the module;
 //   - only bootstrap imports fx.
 func TestDependencyRule(t *testing.T) {
 	root := repoRoot(t)
@@ -116,6 +117,10 @@ func violates(file, imp string) string {
 	case "application":
 		if !stdlib(imp) && !(internal && (under("domain") || under("ports"))) {
 			return "application imports only the standard library, domain and ports"
+		}
+	case "client":
+		if internal && !(under("domain") || under("proto") || under("client")) {
+			return "the client talks to Sink over the API only: it imports domain and proto, never the server's layers"
 		}
 	case "adapters":
 		if !internal {

@@ -400,3 +400,21 @@ func TestGracefulShutdownDrainsInFlightRPCs(t *testing.T) {
 	}
 	s.App = nil
 }
+
+// A client watching health must not hold the shutdown open.
+func TestShutdownIsNotHeldByHealthWatchers(t *testing.T) {
+	s := sinktest.Start(t, nil)
+	watch, err := healthpb.NewHealthClient(s.Conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.App.Stop(c); err != nil {
+		t.Fatalf("Stop with an open health watch: %v", err)
+	}
+	s.App = nil
+}

@@ -35,7 +35,7 @@ func TestCustomBinary(t *testing.T) {
 	lis.Close()
 
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "SINK_GRPC_ADDRESS="+address, "SINK_LOG_FORMAT=json")
+	cmd.Env = append(os.Environ(), "SINK_GRPC_ADDRESS="+address, "SINK_HTTP_ADDRESS=127.0.0.1:0", "SINK_LOG_FORMAT=json")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

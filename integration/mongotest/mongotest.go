@@ -102,6 +102,18 @@ func (s *Server) ConcurrentURI() string {
 	return withQuery(s.uri, "maxPoolSize", "1")
 }
 
+// SinkEnv returns the environment a Sink process needs to use this server:
+// SINK_MONGODB_URI and, on FerretDB, the bulk limits it needs (FerretDB v1
+// stops answering when about 100 documents are modified at once).
+func (s *Server) SinkEnv() map[string]string {
+	env := map[string]string{"SINK_MONGODB_URI": s.URI()}
+	if s.IsFerretDB() {
+		env["SINK_MONGODB_BULK_CHUNK"] = "48"
+		env["SINK_MONGODB_BULK_CONCURRENCY"] = "1"
+	}
+	return env
+}
+
 // Stop stops the server (SIGTERM, then wait; SIGKILL after a grace period).
 // For FerretDB the data directory is kept until Close, so Restart brings the
 // same data back. For docker the container is removed. A server of kind "env"

@@ -24,6 +24,9 @@ type Server struct {
 	Conn   *grpc.ClientConn
 	Client sinkv1.SinkClient
 	Config bootstrap.Config
+	// HTTPAddr is the address of the HTTP operations endpoint (/livez,
+	// /readyz, /metrics), "" when SINK_HTTP_ADDRESS=off.
+	HTTPAddr string
 }
 
 // Start assembles Sink from env (on top of the defaults, with the gRPC API
@@ -31,7 +34,7 @@ type Server struct {
 // stopped in t.Cleanup.
 func Start(t testing.TB, env map[string]string, extra ...fx.Option) *Server {
 	t.Helper()
-	environ := map[string]string{"SINK_GRPC_ADDRESS": "127.0.0.1:0", "SINK_SHUTDOWN_TIMEOUT": "10s"}
+	environ := map[string]string{"SINK_GRPC_ADDRESS": "127.0.0.1:0", "SINK_HTTP_ADDRESS": "127.0.0.1:0", "SINK_SHUTDOWN_TIMEOUT": "10s"}
 	for k, v := range env {
 		environ[k] = v
 	}
@@ -46,7 +49,8 @@ func Start(t testing.TB, env map[string]string, extra ...fx.Option) *Server {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	var ep *bootstrap.GRPCEndpoint
-	app, err := bootstrap.New(cfg, log, append(extra, fx.Populate(&ep))...)
+	var httpEP *bootstrap.HTTPEndpoint
+	app, err := bootstrap.New(cfg, log, append(extra, fx.Populate(&ep, &httpEP))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +61,9 @@ func Start(t testing.TB, env map[string]string, extra ...fx.Option) *Server {
 	}
 	s := &Server{App: app, Config: cfg}
 	t.Cleanup(func() { s.Stop(t) })
+	if httpEP != nil && httpEP.Addr() != nil {
+		s.HTTPAddr = httpEP.Addr().String()
+	}
 	if ep != nil && ep.Addr() != nil {
 		s.Addr = ep.Addr().String()
 		conn, err := grpc.NewClient(s.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

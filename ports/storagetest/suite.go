@@ -347,7 +347,8 @@ func testMixedBatch(t *testing.T, h *harness) {
 		case 0:
 			ops = append(ops, put(a, h.doc(a, 100+i), absent)) // collides
 		case 1:
-			ops = append(ops, put(h.key(fmt.Sprintf("mixed-new-%d", i)), h.doc(a, 200+i), absent))
+			b := h.key(fmt.Sprintf("mixed-new-%d", i))
+			ops = append(ops, put(b, h.doc(b, 200+i), absent))
 		case 2:
 			ops = append(ops, put(a, h.doc(a, 300+i), rev(first[i].Revision)))
 		case 3:

@@ -1,0 +1,275 @@
+// Package auth is the driven adapter that authenticates callers from the
+// authorization file (SINK_AUTH_TOKEN_FILE): principals with hashed bearer
+// tokens and/or client-certificate identities, and their grants. The file is
+// reloaded when it changes (polling) or on demand (SIGHUP).
+package auth
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// HashPrefix is the algorithm prefix of a token hash in the file.
+const HashPrefix = "sha256:"
+
+// HashToken returns the form of a token stored in the authorization file:
+// "sha256:" and the hex SHA-256 of the token. Tokens are long random
+// secrets (see GenerateToken), so a fast hash is enough.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return HashPrefix + hex.EncodeToString(sum[:])
+}
+
+// GenerateToken returns a new random token (32 random bytes, URL-safe base64).
+func GenerateToken() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("cannot generate a token: %w", err)
+	}
+	return "sink_" + base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// File is the JSON form of the authorization file.
+type File struct {
+	Principals []FilePrincipal `json:"principals"`
+}
+
+// FilePrincipal is one principal of the file.
+type FilePrincipal struct {
+	Name string `json:"name"`
+	// TokenHashes are HashToken outputs of the principal's bearer tokens
+	// (several allow rotation without downtime).
+	TokenHashes []string `json:"token_hashes,omitempty"`
+	// CertificateIdentities are client-certificate names (subject CN, or a
+	// DNS, URI or e-mail SAN) that authenticate as this principal under
+	// mutual TLS.
+	CertificateIdentities []string    `json:"certificate_identities,omitempty"`
+	Grants                []FileGrant `json:"grants"`
+}
+
+// FileGrant is one grant of the file; empty patterns mean "*".
+type FileGrant struct {
+	Store     string   `json:"store,omitempty"`
+	Namespace string   `json:"namespace,omitempty"`
+	Dataset   string   `json:"dataset,omitempty"`
+	Rights    []string `json:"rights"`
+}
+
+// table is one loaded version of the file.
+type table struct {
+	byToken    map[[sha256.Size]byte]*domain.Principal
+	byIdentity map[string]*domain.Principal
+	principals int
+}
+
+// Check parses and checks an authorization file, reporting every problem
+// at once. Problems name principals and fields, never token hashes.
+func Check(data []byte) error {
+	_, err := parse(data)
+	return err
+}
+
+func parse(data []byte) (*table, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("cannot parse the authorization file as JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("cannot parse the authorization file: unexpected content after the JSON object")
+	}
+	t := &table{byToken: map[[sha256.Size]byte]*domain.Principal{}, byIdentity: map[string]*domain.Principal{}}
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	names := map[string]bool{}
+	for i, fp := range f.Principals {
+		where := fmt.Sprintf("principals[%d]", i)
+		if fp.Name == "" {
+			add("%s: name must not be empty", where)
+		} else {
+			where = fmt.Sprintf("principals[%d] (%s)", i, fp.Name)
+			if names[fp.Name] {
+				add("%s: the name is used by another principal", where)
+			}
+			names[fp.Name] = true
+		}
+		p := &domain.Principal{Name: fp.Name}
+		if len(fp.TokenHashes) == 0 && len(fp.CertificateIdentities) == 0 {
+			add("%s: has neither token_hashes nor certificate_identities, so nobody can authenticate as it", where)
+		}
+		for j, h := range fp.TokenHashes {
+			sum, err := decodeHash(h)
+			if err != nil {
+				add("%s: token_hashes[%d]: %v", where, j, err)
+				continue
+			}
+			if other, dup := t.byToken[sum]; dup {
+				add("%s: token_hashes[%d] is also a token of %q", where, j, other.Name)
+				continue
+			}
+			t.byToken[sum] = p
+		}
+		for j, id := range fp.CertificateIdentities {
+			if id == "" {
+				add("%s: certificate_identities[%d] must not be empty", where, j)
+				continue
+			}
+			if other, dup := t.byIdentity[id]; dup {
+				add("%s: certificate identity %q also belongs to %q", where, id, other.Name)
+				continue
+			}
+			t.byIdentity[id] = p
+		}
+		for j, fg := range fp.Grants {
+			g := domain.Grant{Store: orAll(fg.Store), Namespace: orAll(fg.Namespace), Dataset: orAll(fg.Dataset)}
+			if len(fg.Rights) == 0 {
+				add("%s: grants[%d]: rights must list at least one of read, write, delete", where, j)
+			}
+			for _, r := range fg.Rights {
+				right, err := domain.ParseRight(r)
+				if err != nil {
+					add("%s: grants[%d]: %v", where, j, err)
+				}
+				g.Rights |= right
+			}
+			p.Grants = append(p.Grants, g)
+		}
+		t.principals++
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid authorization file:\n%w", err)
+	}
+	return t, nil
+}
+
+func orAll(pattern string) string {
+	if pattern == "" {
+		return "*"
+	}
+	return pattern
+}
+
+func decodeHash(h string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	hexPart, ok := strings.CutPrefix(h, HashPrefix)
+	if !ok {
+		return sum, fmt.Errorf("must start with %q (create it with `sink hash-token`)", HashPrefix)
+	}
+	b, err := hex.DecodeString(hexPart)
+	if err != nil || len(b) != sha256.Size {
+		return sum, fmt.Errorf("must be %q followed by %d hex digits", HashPrefix, 2*sha256.Size)
+	}
+	copy(sum[:], b)
+	return sum, nil
+}
+
+// Authenticator implements ports.Authenticator from the authorization file.
+type Authenticator struct {
+	path    string
+	log     *slog.Logger
+	current atomic.Pointer[table]
+
+	mu      sync.Mutex // serializes reloads
+	loaded  [sha256.Size]byte
+	reloads atomic.Uint64
+}
+
+var _ ports.Authenticator = (*Authenticator)(nil)
+
+// Load reads the authorization file at path and returns an authenticator
+// over it. It fails when the file cannot be read or is invalid.
+func Load(path string, log *slog.Logger) (*Authenticator, error) {
+	a := &Authenticator{path: path, log: log}
+	if _, err := a.Reload(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Reload re-reads the file. It reports whether the content changed; on any
+// error the previous version stays in force.
+func (a *Authenticator) Reload() (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	data, err := os.ReadFile(a.path)
+	if err != nil {
+		return false, fmt.Errorf("cannot read the authorization file: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	if a.current.Load() != nil && sum == a.loaded {
+		return false, nil
+	}
+	t, err := parse(data)
+	if err != nil {
+		return false, fmt.Errorf("cannot load %s: %w", a.path, err)
+	}
+	a.current.Store(t)
+	a.loaded = sum
+	a.reloads.Add(1)
+	if a.log != nil {
+		a.log.Info("loaded the authorization file", "path", a.path, "principals", t.principals)
+	}
+	return true, nil
+}
+
+// Loads returns how many versions of the file have been loaded so far.
+func (a *Authenticator) Loads() uint64 { return a.reloads.Load() }
+
+// Watch reloads the file every interval until ctx ends, and whenever
+// trigger delivers (for example on SIGHUP). Failed reloads are logged and
+// the previous version stays in force.
+func (a *Authenticator) Watch(ctx context.Context, interval time.Duration, trigger <-chan struct{}) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-trigger:
+		}
+		if _, err := a.Reload(); err != nil && a.log != nil {
+			a.log.Error("cannot reload the authorization file; the previous version stays in force", "error", err)
+		}
+	}
+}
+
+// Authenticate implements ports.Authenticator. A bearer token takes
+// precedence over a client certificate: a wrong token is refused even when
+// the certificate is valid.
+func (a *Authenticator) Authenticate(_ context.Context, c ports.Credentials) (*domain.Principal, error) {
+	t := a.current.Load()
+	if c.BearerToken != "" {
+		if p, ok := t.byToken[sha256.Sum256([]byte(c.BearerToken))]; ok {
+			return p, nil
+		}
+		return nil, domain.Errorf(domain.CodeUnauthenticated, "the bearer token is not valid")
+	}
+	for _, id := range c.CertificateIdentities {
+		if p, ok := t.byIdentity[id]; ok {
+			return p, nil
+		}
+	}
+	if len(c.CertificateIdentities) > 0 {
+		return nil, domain.Errorf(domain.CodeUnauthenticated, "the client certificate (%s) belongs to no principal", strings.Join(c.CertificateIdentities, ", "))
+	}
+	return nil, domain.Errorf(domain.CodeUnauthenticated, "the request carries no credentials: send \"authorization: Bearer <token>\" or a client certificate")
+}

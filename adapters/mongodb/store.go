@@ -1,0 +1,318 @@
+// Package mongodb is the MongoDB storage adapter: a ports.Storage over the
+// official Go driver (go.mongodb.org/mongo-driver/v2).
+//
+// Mapping:
+//   - A namespace is a database and a dataset a collection of the same name,
+//     unless SINK_MONGODB_BINDINGS binds the pair to another, existing
+//     database/collection.
+//   - The record key is the document's _id: string, int64, binary subtype 0
+//     (bytes keys) or ObjectID.
+//   - Documents are application/bson and pass through without conversion:
+//     reads return the stored bytes minus Sink's hidden field. When a client
+//     document has no _id, the adapter prepends it (the key), so the stored
+//     document is _id + the client's fields in their order + the hidden field,
+//     and notes in the hidden field that it added _id, which reads then leave
+//     out again: a client reads back exactly the bytes it wrote. A client _id
+//     that is not first is moved first (MongoDB keeps _id first).
+//   - The hidden field (SINK_MONGODB_HIDDEN_FIELD, default "__sink") holds
+//     {"v": 1, "rev": ObjectID[, "idAdded": true]}. It is added the first
+//     time Sink writes a record; a record without it is a legacy record and
+//     reads with the revision LegacyRevision.
+package mongodb
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+var _ ports.Storage = (*Store)(nil)
+
+// DefaultHiddenField is the default name of the hidden metadata field.
+const DefaultHiddenField = "__sink"
+
+// DefaultMaxConcurrency bounds the individual operations (conditional writes,
+// deletes) and per-collection queries one call runs at once.
+const DefaultMaxConcurrency = 16
+
+// Bulk write defaults, chosen for MongoDB: one Write call's unconditional
+// puts and creates go out in bulks of at most DefaultBulkChunk operations,
+// DefaultBulkConcurrency at a time (SINK_MONGODB_BULK_CHUNK,
+// SINK_MONGODB_BULK_CONCURRENCY). FerretDB v1 (SQLite) stops answering, for
+// good, once about 100 documents are being modified by update commands at
+// the same time: against it use FerretDBBulkChunk and
+// FerretDBBulkConcurrency (the test harness does).
+const (
+	DefaultBulkChunk       = 1000
+	DefaultBulkConcurrency = 4
+
+	FerretDBBulkChunk       = 48
+	FerretDBBulkConcurrency = 1
+)
+
+// Options configure a Store.
+type Options struct {
+	// Store is the store name used in messages (default "primary").
+	Store string
+	// HiddenField is the top-level field for Sink's metadata (default "__sink").
+	HiddenField string
+	// Bindings map logical datasets to existing collections.
+	Bindings []Binding
+	// MaxConcurrency bounds concurrent operations per call (default 16).
+	MaxConcurrency int
+	// BulkChunk is the most operations per bulk write (default DefaultBulkChunk).
+	BulkChunk int
+	// BulkConcurrency is how many bulk writes of one call run at once
+	// (default DefaultBulkConcurrency).
+	BulkConcurrency int
+}
+
+// Store is the MongoDB ports.Storage. It is safe for concurrent use and
+// shares the caller's *mongo.Client, whose pool size and timeouts come from
+// the connection string.
+type Store struct {
+	client *mongo.Client
+	enc    encoder
+	names  *mapper
+	limit  int
+	// bulkChunk is the most operations per bulk write, bulkConcurrency the
+	// bulk writes of one call that run at once.
+	bulkChunk, bulkConcurrency int
+
+	// untrustedUpdateBulks is set once the server answered an update bulk
+	// in a way that does not attribute results to operations (FerretDB).
+	untrustedUpdateBulks atomic.Bool
+
+	mu    sync.RWMutex
+	colls map[target]*mongo.Collection
+}
+
+// New returns a Store over client. It performs no I/O.
+func New(client *mongo.Client, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("cannot create the MongoDB store: no client")
+	}
+	if opts.Store == "" {
+		opts.Store = "primary"
+	}
+	if opts.HiddenField == "" {
+		opts.HiddenField = DefaultHiddenField
+	}
+	if opts.HiddenField == idKey || opts.HiddenField[0] == '$' || containsAny(opts.HiddenField, ".\x00") {
+		return nil, fmt.Errorf("cannot create the MongoDB store: hidden field %q must not be _id, start with '$' or contain '.' or NUL", opts.HiddenField)
+	}
+	if opts.MaxConcurrency <= 0 {
+		opts.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if opts.BulkChunk <= 0 {
+		opts.BulkChunk = DefaultBulkChunk
+	}
+	if opts.BulkConcurrency <= 0 {
+		opts.BulkConcurrency = DefaultBulkConcurrency
+	}
+	m, err := newMapper(opts.Bindings)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the MongoDB store: %w", err)
+	}
+	return &Store{
+		client:          client,
+		enc:             encoder{hidden: opts.HiddenField, store: opts.Store},
+		names:           m,
+		limit:           opts.MaxConcurrency,
+		bulkChunk:       opts.BulkChunk,
+		bulkConcurrency: opts.BulkConcurrency,
+		colls:           map[target]*mongo.Collection{},
+	}, nil
+}
+
+func containsAny(s, chars string) bool {
+	for i := 0; i < len(s); i++ {
+		for j := 0; j < len(chars); j++ {
+			if s[i] == chars[j] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HiddenField returns the name of the hidden metadata field.
+func (s *Store) HiddenField() string { return s.enc.hidden }
+
+func (s *Store) collection(t target) *mongo.Collection {
+	s.mu.RLock()
+	c, ok := s.colls[t]
+	s.mu.RUnlock()
+	if ok {
+		return c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok = s.colls[t]; !ok {
+		c = s.client.Database(t.Database).Collection(t.Collection)
+		s.colls[t] = c
+	}
+	return c
+}
+
+// invalidArg returns the invalid-argument error for a problem with op.
+func invalidArg(format string, args ...any) *domain.Error {
+	return domain.Errorf(domain.CodeInvalidArgument, format, args...)
+}
+
+// Validate implements ports.Storage: names, key, content type and document
+// shape, without I/O.
+func (s *Store) Validate(op ports.WriteOp) error {
+	if _, err := s.names.resolve(op.Address); err != nil {
+		return invalidArg("%v", err)
+	}
+	if _, err := keyValue(op.Address.Key); err != nil {
+		return invalidArg("%v", err)
+	}
+	switch op.Kind {
+	case ports.WritePut:
+		if _, err := s.enc.storedDocument(op.Address.Key, op.Document, nil); err != nil {
+			return invalidArg("%v", err)
+		}
+	case ports.WriteDelete:
+	default:
+		return invalidArg("unknown write kind %d", op.Kind)
+	}
+	return nil
+}
+
+// Ping implements ports.Storage.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx, readpref.Primary()); err != nil {
+		return classify(fmt.Errorf("cannot ping MongoDB: %w", err))
+	}
+	return nil
+}
+
+// Read implements ports.Storage: one $in query per collection, the
+// collections queried concurrently.
+func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
+	out := make([]ports.ReadResult, len(addrs))
+	groups := map[target][]int{}
+	var order []target
+	for i, a := range addrs {
+		t, err := s.names.resolve(a)
+		if err != nil {
+			out[i].Err = invalidArg("%v", err)
+			continue
+		}
+		if _, err := keyValue(a.Key); err != nil {
+			out[i].Err = invalidArg("%v", err)
+			continue
+		}
+		if _, ok := groups[t]; !ok {
+			order = append(order, t)
+		}
+		groups[t] = append(groups[t], i)
+	}
+	s.parallel(len(order), func(g int) {
+		t := order[g]
+		s.readCollection(ctx, t, addrs, groups[t], out)
+	})
+	return out
+}
+
+func (s *Store) readCollection(ctx context.Context, t target, addrs []domain.Address, idx []int, out []ports.ReadResult) {
+	ids := bsoncore.NewArrayBuilder()
+	want := make(map[string][]int, len(idx))
+	for _, i := range idx {
+		k := keyID(addrs[i].Key)
+		if _, dup := want[k]; !dup {
+			v, _ := keyValue(addrs[i].Key)
+			ids.AppendValue(v)
+		}
+		want[k] = append(want[k], i)
+	}
+	filter := bsoncore.NewDocumentBuilder().
+		AppendDocument(idKey, bsoncore.NewDocumentBuilder().AppendArray("$in", ids.Build()).Build()).
+		Build()
+	fail := func(err error) {
+		e := classify(fmt.Errorf("cannot read from %s: %w", t, err))
+		for _, i := range idx {
+			out[i] = ports.ReadResult{Err: e}
+		}
+	}
+	cur, err := s.collection(t).Find(ctx, bson.Raw(filter))
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	for cur.Next(ctx) {
+		raw := cur.Current
+		idv, err := bsoncore.Document(raw).LookupErr(idKey)
+		if err != nil {
+			continue
+		}
+		id, ok := idOf(idv)
+		if !ok {
+			continue
+		}
+		targets, ok := want[id]
+		if !ok {
+			continue
+		}
+		doc, rev, derr := s.enc.clientDocument(raw)
+		for _, i := range targets {
+			if derr != nil {
+				out[i] = ports.ReadResult{Err: domain.Errorf(domain.CodeInternal, "cannot read %s: %v", addrs[i], derr)}
+				continue
+			}
+			d := doc
+			if len(targets) > 1 {
+				d.Data = append([]byte(nil), doc.Data...)
+			}
+			out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: d, Revision: rev}}
+		}
+		delete(want, id)
+	}
+	if err := cur.Err(); err != nil {
+		fail(err)
+	}
+}
+
+// parallel runs fn(0..n-1) with at most MaxConcurrency running at once.
+func (s *Store) parallel(n int, fn func(i int)) { parallel(s.limit, n, fn) }
+
+// parallel runs fn(0..n-1) with at most limit running at once.
+func parallel(limit, n int, fn func(i int)) {
+	if n == 1 || limit == 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// Shared, immutable option builders.
+var (
+	unorderedBulk = options.BulkWrite().SetOrdered(false)
+	upsert        = options.Replace().SetUpsert(true)
+	idOnly        = options.FindOne().SetProjection(bson.D{{Key: idKey, Value: 1}})
+)

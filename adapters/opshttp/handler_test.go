@@ -1,0 +1,55 @@
+package opshttp
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+type fakeReadiness struct{ down atomic.Bool }
+
+func (f *fakeReadiness) Ready() (bool, string) {
+	if f.down.Load() {
+		return false, "not ready: storage: connection refused\n"
+	}
+	return true, "ready\nstorage: ok\n"
+}
+
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	b, _ := io.ReadAll(rec.Result().Body)
+	return rec.Code, string(b)
+}
+
+func TestLivenessAndReadinessAreSeparate(t *testing.T) {
+	r := &fakeReadiness{}
+	h := NewHandler(r, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "metrics") }),
+		Route{Pattern: "GET /healthz", Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "extra") })})
+	if code, body := get(t, h, PathReady); code != http.StatusOK || !strings.Contains(body, "storage: ok") {
+		t.Fatalf("ready: %d %q", code, body)
+	}
+	r.down.Store(true)
+	if code, body := get(t, h, PathReady); code != http.StatusServiceUnavailable || !strings.Contains(body, "storage: connection refused") {
+		t.Fatalf("not ready: %d %q", code, body)
+	}
+	if code, body := get(t, h, PathLive); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("liveness must not depend on readiness: %d %q", code, body)
+	}
+	if code, body := get(t, h, PathMetrics); code != http.StatusOK || body != "metrics" {
+		t.Fatalf("metrics: %d %q", code, body)
+	}
+	if code, body := get(t, h, "/healthz"); code != http.StatusOK || body != "extra" {
+		t.Fatalf("extra route: %d %q", code, body)
+	}
+	if code, _ := get(t, h, "/other"); code != http.StatusNotFound {
+		t.Fatalf("unknown path: %d", code)
+	}
+	if code, _ := get(t, NewHandler(r, nil), PathMetrics); code != http.StatusNotFound {
+		t.Fatalf("metrics disabled: %d", code)
+	}
+}

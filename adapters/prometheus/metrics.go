@@ -1,0 +1,369 @@
+// Package sinkprom is the Prometheus metrics adapter: it implements
+// ports.Observer (and the gRPC adapter's RPCObserver) on a registry of its
+// own — one per process, never the global default — and serves it in the
+// Prometheus exposition format through client_golang's promhttp.
+//
+// Every metric is named sink_* and carries bounded labels only: store,
+// namespace and dataset (capped, see Options.MaxDatasets), operation kind,
+// status, error code, completion mode, RPC method and code, merge profile,
+// dead-letter reason, topic and partition. Record keys and documents never
+// become labels.
+package sinkprom
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+var _ ports.Observer = (*Metrics)(nil)
+
+// Label values that stand for many client-chosen values.
+const (
+	// Other replaces namespace and dataset (and the store) once
+	// Options.MaxDatasets distinct datasets have been seen, and dead-letter
+	// reasons beyond the first MaxReasons.
+	Other = "_other"
+	// Invalid replaces names that cannot be label values: longer than
+	// MaxLabelValueLength, not UTF-8, or with control characters.
+	Invalid = "_invalid"
+)
+
+// DefaultMaxDatasets is the default cap of distinct datasets in labels.
+const DefaultMaxDatasets = 100
+
+// MaxLabelValueLength is the longest store, namespace or dataset name kept
+// as a label value.
+const MaxLabelValueLength = 120
+
+// MaxReasons caps the distinct dead-letter reasons.
+const MaxReasons = 32
+
+// Options configure Metrics.
+type Options struct {
+	// Store is the name of the served store (label of the storage metrics).
+	Store string
+	// MaxDatasets caps the number of distinct store/namespace/dataset label
+	// combinations (DefaultMaxDatasets when zero). Operations on further
+	// datasets are counted under store, namespace and dataset "_other", and
+	// sink_metrics_datasets_overflow_total counts them.
+	MaxDatasets int
+}
+
+// Metrics holds Sink's metrics. It is safe for concurrent use.
+type Metrics struct {
+	reg   *prometheus.Registry
+	store string
+
+	rpcs        *prometheus.CounterVec
+	rpcDuration *prometheus.HistogramVec
+
+	operations *prometheus.CounterVec
+	applied    *prometheus.CounterVec
+	overflow   prometheus.Counter
+
+	mergeConflicts *prometheus.CounterVec
+
+	storageDuration *prometheus.HistogramVec
+	storageOps      *prometheus.CounterVec
+
+	publishDuration prometheus.Histogram
+	published       prometheus.Counter
+
+	lag          *prometheus.GaugeVec
+	deadLettered *prometheus.CounterVec
+	applyRetries prometheus.Counter
+	applyBackoff prometheus.Counter
+
+	ready        prometheus.Gauge
+	dependencyUp *prometheus.GaugeVec
+
+	datasets *limiter
+	reasons  *limiter
+}
+
+// New returns the metrics of one process on a fresh registry, with the Go
+// runtime and process collectors registered too.
+func New(opts Options) *Metrics {
+	if opts.MaxDatasets <= 0 {
+		opts.MaxDatasets = DefaultMaxDatasets
+	}
+	latency := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m := &Metrics{
+		reg:   prometheus.NewRegistry(),
+		store: labelValue(opts.Store),
+
+		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sink_grpc_requests_total",
+			Help: "Finished unary gRPC requests by full method name and gRPC status code.",
+		}, []string{"method", "code"}),
+		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sink_grpc_request_duration_seconds",
+			Help:    "Latency of unary gRPC requests, from receipt to response, by full method name.",
+			Buckets: latency,
+		}, []string{"method"}),
+
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sink_operations_total",
+			Help: "Operations of Read, Write and Delete requests by dataset, kind (read, put, merge, delete), completion mode, status and error code (empty without error).",
+		}, []string{"store", "namespace", "dataset", "kind", "completion", "status", "code"}),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sink_worker_mutations_total",
+			Help: "Queued mutations the worker finished, by dataset, kind, status and error code (empty without error).",
+		}, []string{"store", "namespace", "dataset", "kind", "status", "code"}),
+		overflow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sink_metrics_datasets_overflow_total",
+			Help: "Operations counted under dataset \"_other\" because the cap of distinct datasets in labels (SINK_METRICS_MAX_DATASETS) was reached.",
+		}),
+
+		mergeConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sink_merge_conflicts_total",
+			Help: "Merge compare-and-set attempts that met a concurrent change and were retried, by merge profile.",
+		}, []string{"profile"}),
+
+		storageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sink_storage_call_duration_seconds",
+			Help:    "Latency of batch calls to storage, by call (read, write).",
+			Buckets: latency,
+		}, []string{"store", "call"}),
+		storageOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sink_storage_operations_total",
+			Help: "Operations sent to storage in batch calls, by call (read, write).",
+		}, []string{"store", "call"}),
+
+		publishDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sink_queue_publish_duration_seconds",
+			Help:    "Latency of submitting one batch of mutations to the durable queue, until every acknowledgement.",
+			Buckets: latency,
+		}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sink_queue_published_mutations_total",
+			Help: "Mutations submitted to the durable queue (accepted or not).",
+		}),
+
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sink_worker_lag_records",
+			Help: "Records of the mutation log after the worker's position, per owned partition.",
+		}, []string{"topic", "partition"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sink_worker_dead_lettered_total",
+			Help: "Queued mutations written to the dead-letter topic, by reason (error code, or UNDECODABLE).",
+		}, []string{"reason"}),
+		applyRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sink_worker_apply_retries_total",
+			Help: "Retries of queued mutations after transient failures.",
+		}),
+		applyBackoff: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sink_worker_apply_backoff_seconds_total",
+			Help: "Time spent backing off between retries of queued mutations.",
+		}),
+
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sink_ready",
+			Help: "1 when the process is ready (every dependency answers and it is not shutting down), else 0.",
+		}),
+		dependencyUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sink_dependency_up",
+			Help: "1 when the dependency (storage, kafka) answered its last health check, else 0.",
+		}, []string{"dependency"}),
+
+		datasets: newLimiter(opts.MaxDatasets),
+		reasons:  newLimiter(MaxReasons),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.rpcs, m.rpcDuration, m.operations, m.applied, m.overflow, m.mergeConflicts,
+		m.storageDuration, m.storageOps, m.publishDuration, m.published,
+		m.lag, m.deadLettered, m.applyRetries, m.applyBackoff, m.ready, m.dependencyUp,
+	)
+	return m
+}
+
+// Registry returns the process's registry (to register more collectors).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// RPC records one finished unary RPC (it implements the gRPC adapter's
+// RPCObserver). code is the gRPC code name, e.g. "OK", "InvalidArgument".
+func (m *Metrics) RPC(method, code string, d time.Duration) {
+	method = labelValue(method)
+	m.rpcs.WithLabelValues(method, code).Inc()
+	m.rpcDuration.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// StorageCall implements ports.Observer.
+func (m *Metrics) StorageCall(call string, n int, d time.Duration) {
+	m.storageDuration.WithLabelValues(m.store, call).Observe(d.Seconds())
+	m.storageOps.WithLabelValues(m.store, call).Add(float64(n))
+}
+
+// QueuePublish implements ports.Observer.
+func (m *Metrics) QueuePublish(n int, d time.Duration) {
+	m.publishDuration.Observe(d.Seconds())
+	m.published.Add(float64(n))
+}
+
+// MergeConflict implements ports.Observer. Profiles are registered at
+// start-up, so their names are bounded.
+func (m *Metrics) MergeConflict(profile string) {
+	m.mergeConflicts.WithLabelValues(labelValue(profile)).Inc()
+}
+
+// ApplyRetry implements ports.Observer.
+func (m *Metrics) ApplyRetry(backoff time.Duration) {
+	m.applyRetries.Inc()
+	m.applyBackoff.Add(backoff.Seconds())
+}
+
+// Operations implements ports.Observer. Equal outcomes are added up first
+// (runs of equal outcomes are cheap to detect), so a large request costs one
+// update per distinct label set. Datasets are admitted to labels in the
+// order they are first seen.
+func (m *Metrics) Operations(outcomes []ports.OperationOutcome) {
+	type group struct {
+		o ports.OperationOutcome
+		n int
+	}
+	var groups []group
+	index := map[ports.OperationOutcome]int{}
+	for i := 0; i < len(outcomes); {
+		j := i + 1
+		for j < len(outcomes) && outcomes[j] == outcomes[i] {
+			j++
+		}
+		if g, ok := index[outcomes[i]]; ok {
+			groups[g].n += j - i
+		} else {
+			index[outcomes[i]] = len(groups)
+			groups = append(groups, group{outcomes[i], j - i})
+		}
+		i = j
+	}
+	overflow := 0
+	for _, g := range groups {
+		o := g.o
+		d, ok := m.datasets.dataset(o.Dataset)
+		if !ok {
+			overflow += g.n
+		}
+		if o.Source == ports.SourceWorker {
+			m.applied.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind, o.Status, o.Code).Add(float64(g.n))
+			continue
+		}
+		m.operations.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind, o.Completion, o.Status, o.Code).Add(float64(g.n))
+	}
+	if overflow > 0 {
+		m.overflow.Add(float64(overflow))
+	}
+}
+
+// WorkerLag implements ports.Observer.
+func (m *Metrics) WorkerLag(topic string, partition int32, lag int64) {
+	p := strconv.FormatInt(int64(partition), 10)
+	topic = labelValue(topic)
+	if lag < 0 {
+		m.lag.DeleteLabelValues(topic, p)
+		return
+	}
+	m.lag.WithLabelValues(topic, p).Set(float64(lag))
+}
+
+// DeadLettered implements ports.Observer.
+func (m *Metrics) DeadLettered(reason string, n int) {
+	m.deadLettered.WithLabelValues(m.reasons.value(labelValue(reason))).Add(float64(n))
+}
+
+// SetReady records the readiness of the process.
+func (m *Metrics) SetReady(ready bool) { m.ready.Set(boolValue(ready)) }
+
+// SetDependencyUp records the last health check of a dependency.
+func (m *Metrics) SetDependencyUp(name string, up bool) {
+	m.dependencyUp.WithLabelValues(labelValue(name)).Set(boolValue(up))
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// labelValue returns s, or Invalid when s cannot be a label value.
+func labelValue(s string) string {
+	if len(s) > MaxLabelValueLength || !utf8.ValidString(s) {
+		return Invalid
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return Invalid
+		}
+	}
+	return s
+}
+
+// limiter admits the first max distinct values; later ones become Other.
+type limiter struct {
+	max  int
+	mu   sync.RWMutex
+	seen map[string]struct{}
+	refs map[domain.DatasetRef]struct{}
+}
+
+func newLimiter(max int) *limiter {
+	return &limiter{max: max, seen: map[string]struct{}{}, refs: map[domain.DatasetRef]struct{}{}}
+}
+
+// dataset returns the labels of d and whether d has labels of its own.
+func (l *limiter) dataset(d domain.DatasetRef) (domain.DatasetRef, bool) {
+	v := domain.DatasetRef{Store: labelValue(d.Store), Namespace: labelValue(d.Namespace), Dataset: labelValue(d.Dataset)}
+	l.mu.RLock()
+	_, ok := l.refs[v]
+	l.mu.RUnlock()
+	if ok {
+		return v, true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.refs[v]; ok {
+		return v, true
+	}
+	if len(l.refs) >= l.max {
+		return domain.DatasetRef{Store: Other, Namespace: Other, Dataset: Other}, false
+	}
+	l.refs[v] = struct{}{}
+	return v, true
+}
+
+// value returns s while fewer than max distinct values were seen, else Other.
+func (l *limiter) value(s string) string {
+	l.mu.RLock()
+	_, ok := l.seen[s]
+	l.mu.RUnlock()
+	if ok {
+		return s
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[s]; ok {
+		return s
+	}
+	if len(l.seen) >= l.max {
+		return Other
+	}
+	l.seen[s] = struct{}{}
+	return s
+}

@@ -1,0 +1,209 @@
+package sinkprom
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+func ds(ns, d string) domain.DatasetRef {
+	return domain.DatasetRef{Store: "primary", Namespace: ns, Dataset: d}
+}
+
+func TestOperationsAreCountedByBoundedLabels(t *testing.T) {
+	m := New(Options{Store: "primary"})
+	m.Operations([]ports.OperationOutcome{
+		{Dataset: ds("shop", "orders"), Kind: "put", Completion: "wait_until_applied", Status: "applied"},
+		{Dataset: ds("shop", "orders"), Kind: "put", Completion: "wait_until_applied", Status: "applied"},
+		{Dataset: ds("shop", "orders"), Kind: "put", Completion: "wait_until_applied", Status: "failed", Code: "INVALID_ARGUMENT"},
+		{Dataset: ds("shop", "orders"), Kind: "read", Status: "found"},
+		{Source: ports.SourceWorker, Dataset: ds("shop", "orders"), Kind: "merge", Status: "applied"},
+	})
+	checks := []struct {
+		got  float64
+		want float64
+		what string
+	}{
+		{testutil.ToFloat64(m.operations.WithLabelValues("primary", "shop", "orders", "put", "wait_until_applied", "applied", "")), 2, "applied puts"},
+		{testutil.ToFloat64(m.operations.WithLabelValues("primary", "shop", "orders", "put", "wait_until_applied", "failed", "INVALID_ARGUMENT")), 1, "failed puts"},
+		{testutil.ToFloat64(m.operations.WithLabelValues("primary", "shop", "orders", "read", "", "found", "")), 1, "reads"},
+		{testutil.ToFloat64(m.applied.WithLabelValues("primary", "shop", "orders", "merge", "applied", "")), 1, "worker merges"},
+		{testutil.ToFloat64(m.overflow), 0, "overflow"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
+		}
+	}
+}
+
+func TestDatasetLabelsAreCapped(t *testing.T) {
+	m := New(Options{Store: "primary", MaxDatasets: 2})
+	op := func(ns, d string) ports.OperationOutcome {
+		return ports.OperationOutcome{Dataset: ds(ns, d), Kind: "read", Status: "not_found"}
+	}
+	m.Operations([]ports.OperationOutcome{op("a", "1"), op("a", "2"), op("a", "3"), op("b", "1"), op("a", "1")})
+	if n := testutil.CollectAndCount(m.operations); n != 3 {
+		t.Fatalf("%d series, want 2 datasets + _other", n)
+	}
+	if got := testutil.ToFloat64(m.operations.WithLabelValues(Other, Other, Other, "read", "", "not_found", "")); got != 2 {
+		t.Fatalf("_other = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.overflow); got != 2 {
+		t.Fatalf("overflow = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.operations.WithLabelValues("primary", "a", "1", "read", "", "not_found", "")); got != 2 {
+		t.Fatalf("a/1 = %v, want 2 (an admitted dataset stays admitted)", got)
+	}
+}
+
+func TestNamesThatCannotBeLabelsAreReplaced(t *testing.T) {
+	m := New(Options{Store: "primary"})
+	m.Operations([]ports.OperationOutcome{
+		{Dataset: ds("\xff\xfe", strings.Repeat("x", 500)), Kind: "read", Status: "failed", Code: "INVALID_ARGUMENT"},
+		{Dataset: ds("a\x00b", "ok"), Kind: "read", Status: "failed", Code: "INVALID_ARGUMENT"},
+	})
+	if got := testutil.ToFloat64(m.operations.WithLabelValues("primary", Invalid, Invalid, "read", "", "failed", "INVALID_ARGUMENT")); got != 1 {
+		t.Fatalf("invalid names = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.operations.WithLabelValues("primary", Invalid, "ok", "read", "", "failed", "INVALID_ARGUMENT")); got != 1 {
+		t.Fatalf("control characters = %v, want 1", got)
+	}
+	m.DeadLettered("\xff", 1)
+	if got := testutil.ToFloat64(m.deadLettered.WithLabelValues(Invalid)); got != 1 {
+		t.Fatalf("dead-letter reason = %v", got)
+	}
+}
+
+func TestWorkerMeasurements(t *testing.T) {
+	m := New(Options{Store: "primary"})
+	m.WorkerLag("mutations", 3, 42)
+	m.WorkerLag("mutations", 4, 7)
+	if got := testutil.ToFloat64(m.lag.WithLabelValues("mutations", "3")); got != 42 {
+		t.Fatalf("lag = %v", got)
+	}
+	m.WorkerLag("mutations", 3, -1)
+	if n := testutil.CollectAndCount(m.lag); n != 1 {
+		t.Fatalf("a revoked partition must be withdrawn: %d series", n)
+	}
+	m.DeadLettered("INVALID_ARGUMENT", 2)
+	m.DeadLettered("UNDECODABLE", 1)
+	m.DeadLettered("INVALID_ARGUMENT", 1)
+	if got := testutil.ToFloat64(m.deadLettered.WithLabelValues("INVALID_ARGUMENT")); got != 3 {
+		t.Fatalf("dead-lettered = %v", got)
+	}
+	for i := 0; i < MaxReasons+5; i++ {
+		m.DeadLettered(strings.Repeat("R", i+1), 1)
+	}
+	if n := testutil.CollectAndCount(m.deadLettered); n != MaxReasons+1 {
+		t.Fatalf("reasons must be capped: %d series", n)
+	}
+	m.ApplyRetry(1500 * time.Millisecond)
+	m.ApplyRetry(500 * time.Millisecond)
+	if testutil.ToFloat64(m.applyRetries) != 2 || testutil.ToFloat64(m.applyBackoff) != 2 {
+		t.Fatalf("retries %v backoff %v", testutil.ToFloat64(m.applyRetries), testutil.ToFloat64(m.applyBackoff))
+	}
+}
+
+func TestHandlerServesTheExpositionFormat(t *testing.T) {
+	m := New(Options{Store: "primary"})
+	m.RPC("/sink.v1.Sink/Write", "OK", 3*time.Millisecond)
+	m.RPC("/sink.v1.Sink/Write", "OK", 4*time.Millisecond)
+	m.StorageCall("write", 10, time.Millisecond)
+	m.QueuePublish(5, time.Millisecond)
+	m.MergeConflict("merge-patch")
+	m.SetReady(true)
+	m.SetDependencyUp("storage", true)
+
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		f, ok := families[name]
+		if !ok {
+			t.Fatalf("no metric %s", name)
+		}
+	next:
+		for _, mt := range f.GetMetric() {
+			for _, lp := range mt.GetLabel() {
+				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case mt.Counter != nil:
+				return mt.Counter.GetValue()
+			case mt.Gauge != nil:
+				return mt.Gauge.GetValue()
+			case mt.Histogram != nil:
+				return float64(mt.Histogram.GetSampleCount())
+			}
+		}
+		t.Fatalf("no %s series with %v", name, labels)
+		return 0
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"sink_grpc_requests_total", map[string]string{"method": "/sink.v1.Sink/Write", "code": "OK"}, 2},
+		{"sink_grpc_request_duration_seconds", map[string]string{"method": "/sink.v1.Sink/Write"}, 2},
+		{"sink_storage_operations_total", map[string]string{"store": "primary", "call": "write"}, 10},
+		{"sink_storage_call_duration_seconds", map[string]string{"call": "write"}, 1},
+		{"sink_queue_published_mutations_total", nil, 5},
+		{"sink_queue_publish_duration_seconds", nil, 1},
+		{"sink_merge_conflicts_total", map[string]string{"profile": "merge-patch"}, 1},
+		{"sink_ready", nil, 1},
+		{"sink_dependency_up", map[string]string{"dependency": "storage"}, 1},
+	} {
+		if got := value(c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if _, ok := families["go_goroutines"]; !ok {
+		t.Error("the Go runtime collector is not registered")
+	}
+}
+
+func TestEachProcessHasItsOwnRegistry(t *testing.T) {
+	a, b := New(Options{}), New(Options{})
+	a.MergeConflict("p")
+	if testutil.ToFloat64(b.mergeConflicts.WithLabelValues("p")) != 0 {
+		t.Fatal("metrics leak between registries")
+	}
+}
+
+func BenchmarkOperations(b *testing.B) {
+	m := New(Options{Store: "primary"})
+	outcomes := make([]ports.OperationOutcome, 500)
+	for i := range outcomes {
+		outcomes[i] = ports.OperationOutcome{Dataset: ds("shop", "orders"), Kind: "put", Completion: "wait_until_applied", Status: "applied"}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m.Operations(outcomes)
+	}
+}

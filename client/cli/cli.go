@@ -1,0 +1,228 @@
+// Package cli is Sink's command-line client: `sink read|put|merge|delete`
+// talk to a running Sink over gRPC and print readable JSON. It is a client
+// of the API, not part of the server (it imports only the generated API and
+// the domain's content-type names).
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+)
+
+// Exit codes that scripts can rely on.
+const (
+	ExitOK           = 0 // applied, found, accepted (and delete of an absent record)
+	ExitFailed       = 1 // the operation failed (see the error)
+	ExitUsage        = 2 // bad flags or input
+	ExitNotFound     = 3 // read of an absent record, replace of an absent record
+	ExitPrecondition = 4 // CREATE found a record, or the revision differed
+	ExitUnavailable  = 5 // server unreachable, transport error, UNAVAILABLE, deadline, rate limited
+	ExitAuth         = 6 // UNAUTHENTICATED or PERMISSION_DENIED
+)
+
+// IO is what a command reads and writes; Getenv supplies SINK_ADDRESS and
+// SINK_TOKEN (os.Getenv in the binary).
+type IO struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+// Commands lists the CLI's commands.
+var Commands = []string{"read", "put", "merge", "delete"}
+
+// IsCommand reports whether name is a CLI command.
+func IsCommand(name string) bool {
+	for _, c := range Commands {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Main runs the command args[0] with the process's standard streams and
+// environment and returns the exit code.
+func Main(args []string) int {
+	return Run(args, IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv})
+}
+
+// Run runs the command args[0] (read, put, merge or delete) with args[1:]
+// and returns the exit code.
+func Run(args []string, io IO) int {
+	if io.Getenv == nil {
+		io.Getenv = func(string) string { return "" }
+	}
+	if len(args) == 0 || !IsCommand(args[0]) {
+		fmt.Fprintf(io.Stderr, "sink: expected one of %s\n", strings.Join(Commands, ", "))
+		return ExitUsage
+	}
+	c := &command{name: args[0], io: io}
+	c.define()
+	if err := c.fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, _ = c.io.Stdout.Write(c.usage.Bytes())
+			return ExitOK
+		}
+		fmt.Fprintf(io.Stderr, "Run 'sink %s --help' for usage.\n", c.name)
+		return ExitUsage
+	}
+	if c.token == "" {
+		// Read here, not as the flag's default: --help must not print it.
+		c.token = io.Getenv("SINK_TOKEN")
+	}
+	if c.fs.NArg() > 0 {
+		return c.usageError("unexpected argument %q (every value is a flag; see --help)", c.fs.Arg(0))
+	}
+	req, code := c.build()
+	if code != ExitOK {
+		return code
+	}
+	conn, err := c.dial()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if c.token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token)
+	}
+	return c.call(ctx, sinkv1.NewSinkClient(conn), req)
+}
+
+// command is one invocation: its flags and what they parsed to.
+type command struct {
+	name  string
+	io    IO
+	fs    *flag.FlagSet
+	usage bytes.Buffer
+
+	address, token            string
+	tls                       bool
+	caFile, certFile, keyFile string
+	serverName                string
+	timeout                   time.Duration
+
+	store, namespace, dataset string
+	key, keyInt, keyBytes     string
+	keyOID                    string
+
+	data, file, contentType string
+	bson                    bool
+	create, replace         bool
+	ifRevision              string
+	profile                 string
+	async                   bool
+}
+
+func (c *command) usageError(format string, args ...any) int {
+	fmt.Fprintf(c.io.Stderr, "sink %s: %s\n", c.name, fmt.Sprintf(format, args...))
+	fmt.Fprintf(c.io.Stderr, "Run 'sink %s --help' for usage.\n", c.name)
+	return ExitUsage
+}
+
+func (c *command) fail(code int, format string, args ...any) int {
+	fmt.Fprintf(c.io.Stderr, "sink %s: %s\n", c.name, fmt.Sprintf(format, args...))
+	return code
+}
+
+var summaries = map[string]string{
+	"read":   "Read one record and print its status, revision and document.",
+	"put":    "Write a complete document (upsert by default; --create, --replace, --if-revision).",
+	"merge":  "Merge an intent into a record with a merge profile (default merge-patch).",
+	"delete": "Delete one record (deleting an absent record is not an error).",
+}
+
+var examples = map[string]string{
+	"read":   "  sink read --namespace shop --dataset orders --key o-1\n",
+	"put":    "  sink put --namespace shop --dataset orders --key o-1 --data '{\"total\":10}'\n  echo '{\"total\":10}' | sink put -n shop -d orders --key o-1 --file - --create\n",
+	"merge":  "  sink merge --namespace shop --dataset orders --key o-1 --data '{\"paid\":true}'\n",
+	"delete": "  sink delete --namespace shop --dataset orders --key o-1\n",
+}
+
+func (c *command) define() {
+	fs := flag.NewFlagSet("sink "+c.name, flag.ContinueOnError)
+	c.fs = fs
+	fs.SetOutput(c.io.Stderr)
+	fs.Usage = func() {
+		// Printed on --help only (see Run); parse errors get a short hint.
+		w := &c.usage
+		fmt.Fprintf(w, "Usage: sink %s [flags]\n\n%s\n\nExamples:\n%s\nExit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 precondition failed, 5 unavailable, 6 auth.\n\nFlags:\n",
+			c.name, summaries[c.name], examples[c.name])
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(c.io.Stderr)
+	}
+	address := c.io.Getenv("SINK_ADDRESS")
+	if address == "" {
+		address = "localhost:8080"
+	}
+	fs.StringVar(&c.address, "address", address, "host:port of the Sink gRPC API (env SINK_ADDRESS)")
+	fs.StringVar(&c.token, "token", "", "bearer token (env SINK_TOKEN; prefer the variable: arguments show in process lists)")
+	fs.BoolVar(&c.tls, "tls", false, "connect with TLS (implied by --ca-file, --cert-file, --key-file)")
+	fs.StringVar(&c.caFile, "ca-file", "", "PEM CA certificates that verify the server (default: the system roots)")
+	fs.StringVar(&c.certFile, "cert-file", "", "PEM client certificate for mutual TLS")
+	fs.StringVar(&c.keyFile, "key-file", "", "PEM private key of --cert-file")
+	fs.StringVar(&c.serverName, "server-name", "", "name to verify the server certificate against (default: the host of --address)")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "deadline of the call")
+
+	fs.StringVar(&c.store, "store", "", "store (default: the one the server serves)")
+	fs.StringVar(&c.namespace, "namespace", "", "namespace (required)")
+	fs.StringVar(&c.namespace, "n", "", "shorthand for --namespace")
+	fs.StringVar(&c.dataset, "dataset", "", "dataset (required)")
+	fs.StringVar(&c.dataset, "d", "", "shorthand for --dataset")
+	fs.StringVar(&c.key, "key", "", "string key (exactly one --key* flag is required)")
+	fs.StringVar(&c.keyInt, "key-int", "", "int64 key")
+	fs.StringVar(&c.keyBytes, "key-bytes", "", "bytes key in hex, or base64 with a base64: prefix")
+	fs.StringVar(&c.keyOID, "key-oid", "", "ObjectID key: 24 hex digits")
+
+	if c.name == "put" || c.name == "merge" {
+		what := "document"
+		if c.name == "merge" {
+			what = "merge intent"
+		}
+		fs.StringVar(&c.data, "data", "", "the "+what+", inline")
+		fs.StringVar(&c.file, "file", "", "read the "+what+" from this file ('-' = standard input)")
+		fs.StringVar(&c.contentType, "content-type", "application/json", "content type of the "+what)
+		fs.BoolVar(&c.bson, "bson", false, "convert the JSON (relaxed Extended JSON) "+what+" to BSON before sending (automatic when the store accepts only application/bson)")
+		fs.BoolVar(&c.async, "async", false, "return once the server's durable queue accepted the write (RETURN_AFTER_ACCEPTED)")
+	}
+	switch c.name {
+	case "put":
+		fs.BoolVar(&c.create, "create", false, "the record must not exist (mode CREATE)")
+		fs.BoolVar(&c.replace, "replace", false, "the record must exist (mode REPLACE)")
+		fs.StringVar(&c.ifRevision, "if-revision", "", "write only if the record has this revision (as printed by read/put)")
+	case "merge":
+		fs.StringVar(&c.profile, "profile", "merge-patch", "merge profile")
+	case "delete":
+		fs.StringVar(&c.ifRevision, "if-revision", "", "delete only if the record has this revision")
+		fs.BoolVar(&c.async, "async", false, "return once the server's durable queue accepted the delete (RETURN_AFTER_ACCEPTED)")
+	}
+}
+
+// dialer builds the connection (TLS and client certificate per the flags).
+func (c *command) dial() (*grpc.ClientConn, error) {
+	creds, err := c.transportCredentials()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(c.address, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to %q: %w", c.address, err)
+	}
+	return conn, nil
+}

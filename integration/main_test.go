@@ -1,0 +1,10 @@
+package integration_test
+
+import (
+	"testing"
+
+	"github.com/sink-io/sink/integration/mongotest"
+)
+
+// TestMain closes the shared MongoDB-wire test server after the tests.
+func TestMain(m *testing.M) { mongotest.Main(m) }

@@ -1,0 +1,150 @@
+package integration_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.uber.org/fx"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sink-io/sink/adapters/auth"
+	"github.com/sink-io/sink/integration/sinktest"
+	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+)
+
+// opsLogBuffer collects the JSON log of a Sink process.
+type opsLogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *opsLogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *opsLogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// lines returns the decoded log lines that satisfy keep.
+func (b *opsLogBuffer) lines(t *testing.T, keep func(map[string]any) bool) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", l)
+		}
+		if keep(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// One log line per failed operation class of a request, carrying the
+// request id (the client's, echoed in the x-request-id response header),
+// the RPC, the dataset and the first message — and never a document or a
+// token.
+func TestOpsLogsOneLinePerFailureClass(t *testing.T) {
+	const token = "sink_ops-test-token-Zm9vYmFyYmF6cXV4"
+	const secretDoc = `{"card":"4111-DOCUMENT-SECRET"}`
+	file := auth.File{Principals: []auth.FilePrincipal{{
+		Name:        "shop-app",
+		TokenHashes: []string{auth.HashToken(token)},
+		Grants:      []auth.FileGrant{{Namespace: "shop", Rights: []string{"read", "write", "delete"}}},
+	}}}
+	b, err := json.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "auth.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &opsLogBuffer{}
+	s := sinktest.Start(t, map[string]string{"SINK_AUTH_TOKEN_FILE": path, "SINK_LOG_FORMAT": "json"},
+		fx.Decorate(func(*slog.Logger) *slog.Logger { return slog.New(slog.NewJSONHandler(logs, nil)) }))
+
+	const reqID = "ops-log-request-1"
+	callCtx := metadata.AppendToOutgoingContext(ctx(t), "authorization", "Bearer "+token, "x-request-id", reqID)
+	var header metadata.MD
+	resp, err := s.Client.Write(callCtx, &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{
+		putOp(addr("shop", "orders", "ok-1"), secretDoc, sinkv1.PutMode_PUT_MODE_UPSERT, nil),
+		putOp(addr("shop", "", "bad-1"), secretDoc, sinkv1.PutMode_PUT_MODE_UPSERT, nil),      // INVALID_ARGUMENT
+		putOp(addr("shop", "orders", "ok-1"), secretDoc, sinkv1.PutMode_PUT_MODE_CREATE, nil), // ALREADY_EXISTS
+		putOp(addr("shop", "", "bad-2"), secretDoc, sinkv1.PutMode_PUT_MODE_UPSERT, nil),      // INVALID_ARGUMENT
+		putOp(addr("hr", "salaries", "x"), secretDoc, sinkv1.PutMode_PUT_MODE_UPSERT, nil),    // PERMISSION_DENIED
+		putOp(addr("shop", "", "bad-3"), secretDoc, sinkv1.PutMode_PUT_MODE_UPSERT, nil),      // INVALID_ARGUMENT
+	}}, grpc.Header(&header))
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if got := header.Get("x-request-id"); len(got) != 1 || got[0] != reqID {
+		t.Fatalf("x-request-id response header %v, want %q", got, reqID)
+	}
+	expectApplied(t, "ok-1", resp.Results[0])
+
+	failures := logs.lines(t, func(m map[string]any) bool { return m["request_id"] == reqID })
+	if len(failures) != 3 {
+		t.Fatalf("%d log lines for the request, want one per failure class (3):\n%s", len(failures), logs.String())
+	}
+	byCode := map[string]map[string]any{}
+	for _, l := range failures {
+		byCode[l["code"].(string)] = l
+		if l["rpc"] != "/sink.v1.Sink/Write" || l["store"] != "primary" {
+			t.Errorf("line without RPC or store: %v", l)
+		}
+	}
+	for code, want := range map[string]struct {
+		msg, namespace, dataset, fragment string
+		first                             float64
+	}{
+		"INVALID_ARGUMENT":  {"3 operations failed: INVALID_ARGUMENT", "shop", "", "operations[1] (put): address.dataset: must not be empty", 1},
+		"ALREADY_EXISTS":    {"1 operation failed: ALREADY_EXISTS", "shop", "orders", "", 2},
+		"PERMISSION_DENIED": {"1 operation failed: PERMISSION_DENIED", "hr", "salaries", "", 4},
+	} {
+		l := byCode[code]
+		if l == nil || l["msg"] != want.msg || l["namespace"] != want.namespace || l["dataset"] != want.dataset || l["first_index"] != want.first ||
+			!strings.Contains(l["first_message"].(string), want.fragment) {
+			t.Errorf("%s line: %v, want %+v", code, l, want)
+		}
+	}
+
+	// A whole-request failure is logged once, with a generated request id
+	// that the client also gets.
+	var header2 metadata.MD
+	_, err = s.Client.Write(metadata.AppendToOutgoingContext(ctx(t), "authorization", "Bearer "+token+"-wrong"),
+		&sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{putOp(addr("shop", "orders", "x"), secretDoc, sinkv1.PutMode_PUT_MODE_UPSERT, nil)}},
+		grpc.Header(&header2))
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("wrong token: %v", err)
+	}
+	gen := header2.Get("x-request-id")
+	if len(gen) != 1 || len(gen[0]) != 32 {
+		t.Fatalf("generated x-request-id header %v", gen)
+	}
+	if l := logs.lines(t, func(m map[string]any) bool { return m["request_id"] == gen[0] }); len(l) != 1 || l[0]["code"] != "Unauthenticated" {
+		t.Fatalf("whole-request failure log: %v\n%s", l, logs.String())
+	}
+
+	all := logs.String()
+	for _, secret := range []string{"DOCUMENT-SECRET", token, "Zm9vYmFyYmF6cXV4"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("the log contains %q:\n%s", secret, all)
+		}
+	}
+}
