@@ -21,6 +21,8 @@ const module = "github.com/sink-io/sink"
 //   - adapters import domain and ports (the gRPC adapter also application),
 //     never each other, never bootstrap;
 //   - the client (client/) imports only domain and proto of the module;
+//   - internal/ (technology helpers shared by adapters, such as the BSON
+//     wire-format check) imports none of Sink's layers;
 //   - only bootstrap imports fx.
 func TestDependencyRule(t *testing.T) {
 	root := repoRoot(t)
@@ -81,12 +83,13 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		}
 	}
 	good := map[string]string{
-		"domain/x.go":          "encoding/binary",
-		"ports/x.go":           module + "/domain",
-		"application/x.go":     module + "/ports",
-		"adapters/grpc/x.go":   module + "/application",
-		"adapters/memory/x.go": module + "/ports",
-		"bootstrap/x.go":       "go.uber.org/fx",
+		"domain/x.go":           "encoding/binary",
+		"ports/x.go":            module + "/domain",
+		"application/x.go":      module + "/ports",
+		"adapters/grpc/x.go":    module + "/application",
+		"adapters/memory/x.go":  module + "/ports",
+		"bootstrap/x.go":        "go.uber.org/fx",
+		"adapters/mongodb/x.go": module + "/internal/bsonwire",
 	}
 	for file, imp := range good {
 		if msg := violates(file, imp); msg != "" {
@@ -118,6 +121,10 @@ func violates(file, imp string) string {
 		if !stdlib(imp) && !(internal && (under("domain") || under("ports"))) {
 			return "application imports only the standard library, domain and ports"
 		}
+	case "internal":
+		if internal && !under("internal") {
+			return "internal/ holds shared technology helpers that import none of Sink's layers"
+		}
 	case "client":
 		if internal && !(under("domain") || under("proto") || under("client")) {
 			return "the client talks to Sink over the API only: it imports domain and proto, never the server's layers"
@@ -128,7 +135,7 @@ func violates(file, imp string) string {
 		}
 		own := strings.SplitN(file, "/", 3)[1]
 		switch {
-		case under("adapters/" + own), under("domain"), under("ports"), under("proto"):
+		case under("adapters/" + own), under("domain"), under("ports"), under("proto"), under("internal"):
 		case under("application") && own == "grpc":
 		case under("adapters"):
 			return "adapters never import each other"

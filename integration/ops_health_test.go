@@ -71,7 +71,7 @@ func opsWantState(status healthpb.HealthCheckResponse_ServingStatus, ready int) 
 // liveness stayed up on every poll.
 func awaitHealth(t *testing.T, s *sinktest.Server, timeout time.Duration, want string) {
 	t.Helper()
-	opsEventually(t, timeout, want, func() (bool, string) {
+	eventually(t, timeout, want, func() (bool, string) {
 		got := opsHealthState(s)
 		if !strings.Contains(got, "/livez=200") {
 			t.Fatalf("liveness failed: %s", got)
@@ -142,7 +142,7 @@ func TestOpsShutdownTurnsNotReadyBeforeDraining(t *testing.T) {
 		defer cancel()
 		stopped <- app.Stop(ctx)
 	}()
-	opsEventually(t, 10*time.Second, "/readyz 503 while the RPC drains", func() (bool, string) {
+	eventually(t, 10*time.Second, "/readyz 503 while the RPC drains", func() (bool, string) {
 		code, body, err := opsGet("http://" + s.HTTPAddr + "/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "shutting down"), fmt.Sprint(code, body, err)
 	})

@@ -22,25 +22,6 @@ import (
 	"github.com/sink-io/sink/ports"
 )
 
-// opsEventually polls check every few milliseconds until it reports done,
-// failing the test with the last state when the deadline passes.
-func opsEventually(t testing.TB, timeout time.Duration, what string, check func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	wait := 2 * time.Millisecond
-	for {
-		ok, state := check()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last state: %s", timeout, what, state)
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 100*time.Millisecond)
-	}
-}
-
 // opsGet fetches an URL; transport errors are returned, not fatal.
 func opsGet(url string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

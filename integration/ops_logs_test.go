@@ -1,13 +1,11 @@
 package integration_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.uber.org/fx"
@@ -22,22 +20,7 @@ import (
 )
 
 // opsLogBuffer collects the JSON log of a Sink process.
-type opsLogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *opsLogBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *opsLogBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type opsLogBuffer struct{ lockedBuffer }
 
 // lines returns the decoded log lines that satisfy keep.
 func (b *opsLogBuffer) lines(t *testing.T, keep func(map[string]any) bool) []map[string]any {

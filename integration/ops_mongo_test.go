@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,57 +112,12 @@ func opsFreeAddr(t *testing.T) string {
 	return lis.Addr().String()
 }
 
-var opsSinkBinary struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
-// opsBuildSink builds ./cmd/sink once per test binary.
-func opsBuildSink(t *testing.T) string {
-	t.Helper()
-	opsSinkBinary.once.Do(func() {
-		dir, err := os.MkdirTemp("", "sink-ops-")
-		if err != nil {
-			opsSinkBinary.err = err
-			return
-		}
-		opsSinkBinary.bin = filepath.Join(dir, "sink")
-		cmd := exec.Command("go", "build", "-o", opsSinkBinary.bin, "./cmd/sink")
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			opsSinkBinary.err = fmt.Errorf("go build ./cmd/sink: %v\n%s", err, out)
-		}
-	})
-	if opsSinkBinary.err != nil {
-		t.Fatal(opsSinkBinary.err)
-	}
-	return opsSinkBinary.bin
-}
-
-type opsSyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *opsSyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *opsSyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // SIGTERM in the middle of a stream of writes: the process turns not ready,
 // drains the in-flight RPCs and exits 0 within SINK_SHUTDOWN_TIMEOUT, and
 // every write that was answered APPLIED is in MongoDB.
 func TestOpsShutdownUnderLoad(t *testing.T) {
 	srv := opsMongo(t)
-	bin := opsBuildSink(t)
+	bin := buildSink(t)
 	grpcAddr, httpAddr := opsFreeAddr(t), opsFreeAddr(t)
 	const shutdownTimeout = 10 * time.Second
 	cmd := exec.Command(bin)
@@ -178,7 +131,7 @@ func TestOpsShutdownUnderLoad(t *testing.T) {
 		"SINK_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
 		"SINK_LOG_FORMAT=json",
 	)
-	logs := &opsSyncBuffer{}
+	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -192,7 +145,7 @@ func TestOpsShutdownUnderLoad(t *testing.T) {
 			t.Logf("sink output:\n%s", logs.String())
 		}
 	})
-	opsEventually(t, 30*time.Second, "the sink process to be ready", func() (bool, string) {
+	eventually(t, 30*time.Second, "the sink process to be ready", func() (bool, string) {
 		select {
 		case err := <-exited:
 			t.Fatalf("sink exited during start-up: %v\n%s", err, logs.String())
@@ -251,7 +204,7 @@ func TestOpsShutdownUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	opsEventually(t, 30*time.Second, "writes to be applied", func() (bool, string) {
+	eventually(t, 30*time.Second, "writes to be applied", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(otherResults) > 0 {

@@ -67,7 +67,7 @@ func TestOpsWorkerHealthAndMetrics(t *testing.T) {
 		}
 		return live, ready, body
 	}
-	opsEventually(t, 15*time.Second, "the worker to be ready", func() (bool, string) {
+	eventually(t, 15*time.Second, "the worker to be ready", func() (bool, string) {
 		live, ready, body := state()
 		return live == http.StatusOK && ready == http.StatusOK, fmt.Sprint(live, ready, body)
 	})
@@ -88,7 +88,7 @@ func TestOpsWorkerHealthAndMetrics(t *testing.T) {
 	if err := broker.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	opsEventually(t, 15*time.Second, "the worker to be not ready while Kafka is down", func() (bool, string) {
+	eventually(t, 15*time.Second, "the worker to be not ready while Kafka is down", func() (bool, string) {
 		live, ready, body := state()
 		if live != http.StatusOK {
 			t.Fatalf("liveness failed while Kafka is down: %d", live)
@@ -98,7 +98,7 @@ func TestOpsWorkerHealthAndMetrics(t *testing.T) {
 	if err := broker.Start(); err != nil {
 		t.Fatal(err)
 	}
-	opsEventually(t, 30*time.Second, "the worker to be ready again", func() (bool, string) {
+	eventually(t, 30*time.Second, "the worker to be ready again", func() (bool, string) {
 		_, ready, body := state()
 		return ready == http.StatusOK, fmt.Sprint(ready, body)
 	})
@@ -148,7 +148,7 @@ func TestOpsWorkerMetrics(t *testing.T) {
 
 	const total = requests * perRequest
 	applied := map[string]string{"namespace": "shop", "dataset": "async", "kind": "put", "status": "applied"}
-	opsEventually(t, 30*time.Second, "the worker to apply the mutations and dead-letter the junk", func() (bool, string) {
+	eventually(t, 30*time.Second, "the worker to apply the mutations and dead-letter the junk", func() (bool, string) {
 		m := opsScrape(t, s.HTTPAddr)
 		a, d := m.value("sink_worker_mutations_total", applied), m.value("sink_worker_dead_lettered_total", map[string]string{"reason": "UNDECODABLE"})
 		return a == total && d == 1, fmt.Sprintf("applied %v, dead-lettered %v", a, d)

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/bsonwire"
 )
 
 func toBSON(t testing.TB, js string) []byte {
@@ -232,7 +233,7 @@ func FuzzMergeBSON(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := validateBSON(out); err != nil {
+		if err := bsonwire.Validate(out); err != nil {
 			t.Fatalf("result is not valid BSON: %v", err)
 		}
 		// Merge patches are idempotent.

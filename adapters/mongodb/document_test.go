@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/bsonwire"
 )
 
 func marshal(t testing.TB, v any) []byte {
@@ -57,7 +58,7 @@ func TestStoredDocumentLayoutAndRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := validateBSON(stored); err != nil {
+			if err := bsonwire.Validate(stored); err != nil {
 				t.Fatalf("stored document is invalid: %v", err)
 			}
 			if got := keys(t, stored); strings.Join(got, ",") != strings.Join(c.stored, ",") {
@@ -134,7 +135,7 @@ func TestValidateBSON(t *testing.T) {
 		{Key: "dec", Value: bson.NewDecimal128(1, 2)}, {Key: "cws", Value: bson.CodeWithScope{Code: "x", Scope: bson.D{{Key: "a", Value: 1}}}},
 		{Key: "min", Value: bson.MinKey{}}, {Key: "ts", Value: bson.Timestamp{T: 1, I: 2}}, {Key: "ptr", Value: bson.DBPointer{DB: "a", Pointer: bson.NewObjectID()}},
 	})
-	if err := validateBSON(good); err != nil {
+	if err := bsonwire.Validate(good); err != nil {
 		t.Fatalf("valid document rejected: %v", err)
 	}
 	nested := func(depth int) []byte {
@@ -144,8 +145,8 @@ func TestValidateBSON(t *testing.T) {
 		}
 		return marshal(t, v)
 	}
-	if err := validateBSON(nested(maxNesting)); err != nil {
-		t.Fatalf("%d levels rejected: %v", maxNesting, err)
+	if err := bsonwire.Validate(nested(bsonwire.MaxNesting)); err != nil {
+		t.Fatalf("%d levels rejected: %v", bsonwire.MaxNesting, err)
 	}
 	corruptNested := bytes.Clone(good)
 	// Break the NUL terminator of the embedded document "d".
@@ -162,12 +163,12 @@ func TestValidateBSON(t *testing.T) {
 		"bad bool":          {9, 0, 0, 0, 0x08, 'a', 0, 7, 0},
 		"string no nul":     {14, 0, 0, 0, 0x02, 'a', 0, 2, 0, 0, 0, 'x', 'y', 0},
 		"negative length":   {0xff, 0xff, 0xff, 0xff, 0},
-		"too deep":          nested(maxNesting + 1),
+		"too deep":          nested(bsonwire.MaxNesting + 1),
 		"bad nested length": append(append([]byte{}, good[:len(good)-1]...), 0x03),
 		"corrupt nested":    corruptNested,
 	}
 	for name, b := range bad {
-		if err := validateBSON(b); err == nil {
+		if err := bsonwire.Validate(b); err == nil {
 			t.Errorf("%s: accepted %x", name, b)
 		}
 	}
@@ -186,7 +187,7 @@ func FuzzStoredDocumentRoundTrip(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := validateBSON(stored); err != nil {
+		if err := bsonwire.Validate(stored); err != nil {
 			t.Fatalf("stored document invalid: %v", err)
 		}
 		doc, r, err := e.clientDocument(stored)
