@@ -17,13 +17,14 @@ STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Test timeout per package; the whole suite stays well under CI's limit.
 TEST_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all run test test-unit test-integration lint proto bench tools clean help
+.PHONY: all run test test-race test-unit test-integration lint proto bench tools clean help
 
 all: lint test
 
 help:
 	@echo "make run               run Sink (memory storage unless SINK_MONGODB_URI is set)"
 	@echo "make test              run every test, integration tests included (starts its own servers)"
+	@echo "make test-race         run every test with the race detector"
 	@echo "make test-unit         run the tests that need no MongoDB or Kafka server"
 	@echo "make test-integration  run only the MongoDB- and Kafka-backed tests"
 	@echo "make lint              go vet, staticcheck, gofmt, go mod tidy check, buf lint"
@@ -35,6 +36,9 @@ run:
 
 test:
 	$(GO) test $(TEST_FLAGS) ./...
+
+test-race:
+	$(GO) test -race $(TEST_FLAGS) ./...
 
 test-unit:
 	SINK_TEST_SKIP_MONGODB=1 $(GO) test $(TEST_FLAGS) -short ./...
