@@ -162,3 +162,31 @@ func TestReloadAndWatch(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// FuzzParseAuthorizationFile: no input makes the parser panic, and an
+// accepted file has named principals that can authenticate somehow.
+func FuzzParseAuthorizationFile(f *testing.F) {
+	f.Add([]byte(`{"principals":[{"name":"a","token_hashes":["sha256:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"],"grants":[{"store":"*","namespace":"shop","dataset":"*","rights":["read","write"]}]}]}`))
+	f.Add([]byte(`{"principals":[{"name":"b","certificate_identities":["client-1"],"grants":[]}]}`))
+	f.Add([]byte(`{"principals":[]}`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tbl, err := parse(data)
+		if err != nil {
+			if tbl != nil {
+				t.Fatal("a rejected file must not yield a table")
+			}
+			return
+		}
+		for _, p := range tbl.byToken {
+			if p.Name == "" {
+				t.Fatal("accepted a principal without a name")
+			}
+		}
+		for _, p := range tbl.byIdentity {
+			if p.Name == "" {
+				t.Fatal("accepted a principal without a name")
+			}
+		}
+	})
+}

@@ -206,3 +206,29 @@ func TestBindingsMapAndReserveTargets(t *testing.T) {
 		t.Fatal("New accepted an incomplete binding")
 	}
 }
+
+// FuzzParseBindings: no input makes the parser panic, and accepted bindings
+// are complete and bind no logical pair or target twice.
+func FuzzParseBindings(f *testing.F) {
+	f.Add(`[{"namespace":"shop","dataset":"orders","database":"legacy","collection":"Orders"}]`)
+	f.Add(`[{"namespace":"a","dataset":"b","database":"c","collection":"d"},{"namespace":"a","dataset":"b","database":"e","collection":"f"}]`)
+	f.Add(`[]`)
+	f.Add(`{`)
+	f.Fuzz(func(t *testing.T, s string) {
+		bs, err := mongodb.ParseBindings(s)
+		if err != nil {
+			return
+		}
+		logical, target := map[[2]string]bool{}, map[[2]string]bool{}
+		for _, b := range bs {
+			if b.Namespace == "" || b.Dataset == "" || b.Database == "" || b.Collection == "" {
+				t.Fatalf("accepted an incomplete binding %+v", b)
+			}
+			l, g := [2]string{b.Namespace, b.Dataset}, [2]string{b.Database, b.Collection}
+			if logical[l] || target[g] {
+				t.Fatalf("accepted a duplicate binding %+v", b)
+			}
+			logical[l], target[g] = true, true
+		}
+	})
+}
