@@ -39,7 +39,7 @@ func TestAsyncWorkerCrashLosesNothing(t *testing.T) {
 		mutations = 1500
 		batch     = 300
 	)
-	mongo := asyncMongo(t)
+	mongo := mongotest.Private(t)
 	broker := kafkatest.StartBroker(t, kafkatest.Topics(asyncTopic, asyncDLT), kafkatest.Partitions(4))
 	bin := asyncBuildSinkCount(t)
 	ns := mongotest.DatabaseName(t)
@@ -163,22 +163,6 @@ func TestAsyncWorkerCrashLosesNothing(t *testing.T) {
 	if out := w2.output(); !strings.Contains(out, "stopped") {
 		t.Errorf("the second worker did not stop gracefully:\n%s", out)
 	}
-}
-
-// asyncMongo starts a MongoDB-wire server for one test.
-func asyncMongo(t *testing.T) *mongotest.Server {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	srv, err := mongotest.Start(ctx, t.Logf)
-	if err != nil {
-		if os.Getenv(mongotest.EnvSkip) == "1" {
-			t.Skipf("no MongoDB-wire server: %v", err)
-		}
-		t.Fatalf("no MongoDB-wire server: %v (set %s=1 to skip)", err, mongotest.EnvSkip)
-	}
-	t.Cleanup(srv.Close)
-	return srv
 }
 
 var asyncBuild struct {

@@ -58,7 +58,7 @@ func TestAsyncWriteAndDeleteAllMode(t *testing.T) {
 // worker opens no gRPC listener; its health is GET /healthz.
 func TestAsyncServerAndWorkerProcesses(t *testing.T) {
 	asyncSkipShort(t)
-	mongo := asyncMongo(t)
+	mongo := mongotest.Private(t)
 	brokers := kafkatest.InProcess(t, kafkatest.Topics(asyncTopic, asyncDLT), kafkatest.Partitions(2))
 	extra := mongo.SinkEnv()
 	server := sinktest.Start(t, asyncEnv(brokers, bootstrap.ModeServer, extra), bootstrap.MergeProfile(countprofile.New))

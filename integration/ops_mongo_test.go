@@ -32,17 +32,7 @@ func opsMongo(t *testing.T) *mongotest.Server {
 	if testing.Short() {
 		t.Skip("starts a MongoDB-wire server; skipped with -short")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	srv, err := mongotest.Start(ctx, t.Logf)
-	if err != nil {
-		if os.Getenv(mongotest.EnvSkip) == "1" {
-			t.Skipf("no MongoDB-wire server: %v", err)
-		}
-		t.Fatalf("no MongoDB-wire server: %v (set %s=1 to skip)", err, mongotest.EnvSkip)
-	}
-	t.Cleanup(srv.Close)
-	return srv
+	return mongotest.Private(t)
 }
 
 // Health follows a real MongoDB: NOT_SERVING and /readyz 503 while the

@@ -51,54 +51,17 @@ func JSONToBSON(data []byte) ([]byte, error) {
 	return raw, nil
 }
 
-// field is one member of a document being built: its raw element bytes.
-type field struct {
-	key  string
-	elem []byte
-}
+// fields is a document being built: its members' raw element bytes, in order.
+type fields = ordered[[]byte]
 
-type fields struct {
-	list  []field
-	index map[string]int
-}
-
-func (f *fields) set(key string, elem []byte) {
-	if i, ok := f.index[key]; ok {
-		f.list[i].elem = elem
-		return
-	}
-	f.index[key] = len(f.list)
-	f.list = append(f.list, field{key: key, elem: elem})
-}
-
-func (f *fields) remove(key string) {
-	i, ok := f.index[key]
-	if !ok {
-		return
-	}
-	f.list = append(f.list[:i], f.list[i+1:]...)
-	delete(f.index, key)
-	for j := i; j < len(f.list); j++ {
-		f.index[f.list[j].key] = j
-	}
-}
-
-func (f *fields) get(key string) ([]byte, bool) {
-	i, ok := f.index[key]
-	if !ok {
-		return nil, false
-	}
-	return f.list[i].elem, true
-}
-
-func (f *fields) build() []byte {
+func buildDocument(f *fields) []byte {
 	n := 5
 	for _, x := range f.list {
-		n += len(x.elem)
+		n += len(x.val)
 	}
 	out := make([]byte, 4, n)
 	for _, x := range f.list {
-		out = append(out, x.elem...)
+		out = append(out, x.val...)
 	}
 	out = append(out, 0)
 	binary.LittleEndian.PutUint32(out, uint32(len(out)))
@@ -107,7 +70,7 @@ func (f *fields) build() []byte {
 
 // mergeBSON merges validated documents.
 func mergeBSON(target, patch []byte) ([]byte, error) {
-	t := &fields{index: map[string]int{}}
+	t := newOrdered[[]byte]()
 	if target != nil {
 		els, err := bsoncore.Document(target).Elements()
 		if err != nil {
@@ -142,5 +105,5 @@ func mergeBSON(target, patch []byte) ([]byte, error) {
 			t.set(key, p)
 		}
 	}
-	return t.build(), nil
+	return buildDocument(t), nil
 }

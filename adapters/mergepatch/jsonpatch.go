@@ -10,38 +10,8 @@ import (
 	"fmt"
 )
 
-// member is one object member with its raw JSON value.
-type member struct {
-	key string
-	raw json.RawMessage
-}
-
 // object is a JSON object that keeps its member order.
-type object struct {
-	members []member
-	index   map[string]int
-}
-
-func (o *object) set(k string, v json.RawMessage) {
-	if i, ok := o.index[k]; ok {
-		o.members[i].raw = v
-		return
-	}
-	o.index[k] = len(o.members)
-	o.members = append(o.members, member{key: k, raw: v})
-}
-
-func (o *object) remove(k string) {
-	i, ok := o.index[k]
-	if !ok {
-		return
-	}
-	o.members = append(o.members[:i], o.members[i+1:]...)
-	delete(o.index, k)
-	for j := i; j < len(o.members); j++ {
-		o.index[o.members[j].key] = j
-	}
-}
+type object = ordered[json.RawMessage]
 
 func isObject(raw []byte) bool {
 	raw = bytes.TrimLeft(raw, " \t\r\n")
@@ -55,7 +25,7 @@ func isNull(raw []byte) bool { return string(bytes.TrimSpace(raw)) == "null" }
 func parseObject(raw []byte) (*object, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	o := &object{index: map[string]int{}}
+	o := newOrdered[json.RawMessage]()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil, errors.New("not a JSON object")
 	}
@@ -80,17 +50,17 @@ func parseObject(raw []byte) (*object, error) {
 	return o, nil
 }
 
-func (o *object) marshal() []byte {
+func marshalObject(o *object) []byte {
 	var b bytes.Buffer
 	b.WriteByte('{')
-	for i, m := range o.members {
+	for i, m := range o.list {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		k, _ := json.Marshal(m.key)
 		b.Write(k)
 		b.WriteByte(':')
-		_ = json.Compact(&b, m.raw)
+		_ = json.Compact(&b, m.val)
 	}
 	b.WriteByte('}')
 	return b.Bytes()
@@ -125,26 +95,23 @@ func mergeJSON(target, patch []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &object{index: map[string]int{}}
+	t := newOrdered[json.RawMessage]()
 	if target != nil && isObject(target) {
 		if t, err = parseObject(target); err != nil {
 			return nil, err
 		}
 	}
-	for _, m := range p.members {
-		if isNull(m.raw) {
+	for _, m := range p.list {
+		if isNull(m.val) {
 			t.remove(m.key)
 			continue
 		}
-		var cur []byte
-		if i, ok := t.index[m.key]; ok {
-			cur = t.members[i].raw
-		}
-		v, err := mergeJSON(cur, m.raw)
+		cur, _ := t.get(m.key)
+		v, err := mergeJSON(cur, m.val)
 		if err != nil {
 			return nil, err
 		}
 		t.set(m.key, v)
 	}
-	return t.marshal(), nil
+	return marshalObject(t), nil
 }

@@ -224,6 +224,25 @@ var shared struct {
 	err     error
 }
 
+// Private starts a server for this test alone (for tests that stop or
+// restart it, or that must not share one), closed in t.Cleanup. If no server
+// can be started, the test fails with the reasons, or is skipped when
+// SINK_TEST_SKIP_MONGODB=1.
+func Private(t testing.TB) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	srv, err := Start(ctx, t.Logf)
+	if err != nil {
+		if os.Getenv(EnvSkip) == "1" {
+			t.Skipf("no MongoDB-wire server: %v", err)
+		}
+		t.Fatalf("no MongoDB-wire server: %v (set %s=1 to skip)", err, EnvSkip)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // Shared returns one server per test binary (package), started lazily on first
 // use and shut down by [Main] (which the package's TestMain must call). Tests
 // get a fresh database name from [DatabaseName]. If no server can be started,
