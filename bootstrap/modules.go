@@ -106,18 +106,27 @@ func ApplicationModule() fx.Option {
 	)
 }
 
-// GRPCEndpoint exposes the address the gRPC server listens on, once started.
-type GRPCEndpoint struct {
+// endpoint holds the address a listener bound to, once it started.
+type endpoint struct {
 	mu   sync.Mutex
 	addr net.Addr
 }
 
 // Addr returns the bound address (nil before start).
-func (e *GRPCEndpoint) Addr() net.Addr {
+func (e *endpoint) Addr() net.Addr {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.addr
 }
+
+func (e *endpoint) set(a net.Addr) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.addr = a
+}
+
+// GRPCEndpoint exposes the address the gRPC server listens on, once started.
+type GRPCEndpoint struct{ endpoint }
 
 // GRPCModule serves the Sink API, health and reflection. The listener opens
 // in OnStart (so start-up fails clearly when the address is taken); OnStop
@@ -145,9 +154,7 @@ func GRPCModule() fx.Option {
 					if err != nil {
 						return fmt.Errorf("cannot listen on SINK_GRPC_ADDRESS %q: %w", cfg.GRPCAddress, err)
 					}
-					ep.mu.Lock()
-					ep.addr = lis.Addr()
-					ep.mu.Unlock()
+					ep.set(lis.Addr())
 					// The serving status follows the health monitor (observability.go).
 					go func() {
 						if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

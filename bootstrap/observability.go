@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"go.uber.org/fx"
@@ -87,17 +86,7 @@ func HTTPRoutes(constructor any) fx.Option {
 
 // HTTPEndpoint exposes the address the HTTP operations endpoint listens
 // on, once started (nil when SINK_HTTP_ADDRESS=off).
-type HTTPEndpoint struct {
-	mu   sync.Mutex
-	addr net.Addr
-}
-
-// Addr returns the bound address (nil before start).
-func (e *HTTPEndpoint) Addr() net.Addr {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.addr
-}
+type HTTPEndpoint struct{ endpoint }
 
 // GRPCObservability holds the gRPC server options that make RPCs
 // observable (request ids, metrics, failure logs). GRPCModule puts them
@@ -194,9 +183,7 @@ func serveOpsHTTP(p httpParams) {
 			if err != nil {
 				return fmt.Errorf("cannot listen on SINK_HTTP_ADDRESS %q: %w", p.Config.HTTPAddress, err)
 			}
-			p.Endpoint.mu.Lock()
-			p.Endpoint.addr = lis.Addr()
-			p.Endpoint.mu.Unlock()
+			p.Endpoint.set(lis.Addr())
 			go func() {
 				if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					p.Log.Error("the HTTP operations endpoint stopped", "error", err)

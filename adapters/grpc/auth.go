@@ -68,15 +68,8 @@ func (a *Authentication) Stream(srv any, ss grpc.ServerStream, info *grpc.Stream
 	if err != nil {
 		return err
 	}
-	return handler(srv, &principalStream{ServerStream: ss, ctx: ctx})
+	return handler(srv, withContext(ss, ctx))
 }
-
-type principalStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *principalStream) Context() context.Context { return s.ctx }
 
 func (a *Authentication) authenticate(ctx context.Context, method string) (context.Context, error) {
 	creds, problem := credentialsFrom(ctx)

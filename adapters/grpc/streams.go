@@ -30,7 +30,7 @@ func (c *StreamCloser) Interceptor() grpc.StreamServerInterceptor {
 		if c.closed {
 			c.mu.Unlock()
 			cancel()
-			return handler(srv, &stream{ServerStream: ss, ctx: ctx})
+			return handler(srv, withContext(ss, ctx))
 		}
 		id := c.next
 		c.next++
@@ -42,7 +42,7 @@ func (c *StreamCloser) Interceptor() grpc.StreamServerInterceptor {
 			c.mu.Unlock()
 			cancel()
 		}()
-		return handler(srv, &stream{ServerStream: ss, ctx: ctx})
+		return handler(srv, withContext(ss, ctx))
 	}
 }
 
@@ -56,9 +56,15 @@ func (c *StreamCloser) CloseAll() {
 	}
 }
 
-type stream struct {
+// withContext returns ss with its context replaced by ctx (interceptors
+// that derive a stream's context use it).
+func withContext(ss grpc.ServerStream, ctx context.Context) grpc.ServerStream {
+	return &ctxStream{ServerStream: ss, ctx: ctx}
+}
+
+type ctxStream struct {
 	grpc.ServerStream
 	ctx context.Context
 }
 
-func (s *stream) Context() context.Context { return s.ctx }
+func (s *ctxStream) Context() context.Context { return s.ctx }
