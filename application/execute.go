@@ -147,7 +147,7 @@ func (s *Service) prepareMerges(ctx context.Context, work []domain.Mutation, mer
 				continue
 			}
 		}
-		doc, err := p.Merge(ctx, cur, m.Merge.Intent)
+		doc, err := p.Merge(ctx, ports.MergeInput{Address: m.Address, Current: cur, Intent: m.Merge.Intent, Accept: s.storage.ContentTypes()})
 		if err != nil {
 			e := domain.AsError(err)
 			if e.Code == domain.CodeInternal {

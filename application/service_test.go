@@ -60,7 +60,8 @@ type addProfile struct{}
 
 func (addProfile) Name() string           { return "add" }
 func (addProfile) ContentTypes() []string { return []string{domain.ContentTypeJSON} }
-func (addProfile) Merge(_ context.Context, cur *domain.Document, intent domain.Document) (domain.Document, error) {
+func (addProfile) Merge(_ context.Context, input ports.MergeInput) (domain.Document, error) {
+	cur, intent := input.Current, input.Intent
 	var c, in struct{ N int }
 	if cur != nil {
 		if err := json.Unmarshal(cur.Data, &c); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -356,7 +357,8 @@ type blockingProfile struct {
 
 func (blockingProfile) Name() string           { return "block" }
 func (blockingProfile) ContentTypes() []string { return []string{domain.ContentTypeJSON} }
-func (p blockingProfile) Merge(_ context.Context, _ *domain.Document, intent domain.Document) (domain.Document, error) {
+func (p blockingProfile) Merge(_ context.Context, in ports.MergeInput) (domain.Document, error) {
+	intent := in.Intent
 	p.entered <- struct{}{}
 	<-p.release
 	return intent, nil

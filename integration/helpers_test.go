@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -124,7 +125,8 @@ type countingProfile struct{}
 
 func (countingProfile) Name() string           { return "count" }
 func (countingProfile) ContentTypes() []string { return []string{domain.ContentTypeJSON} }
-func (countingProfile) Merge(_ context.Context, cur *domain.Document, intent domain.Document) (domain.Document, error) {
+func (countingProfile) Merge(_ context.Context, input ports.MergeInput) (domain.Document, error) {
+	cur, intent := input.Current, input.Intent
 	var c counter
 	if cur != nil {
 		if err := json.Unmarshal(cur.Data, &c); err != nil {

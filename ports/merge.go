@@ -6,11 +6,26 @@ import (
 	"github.com/sink-io/sink/domain"
 )
 
+// MergeInput is what one merge works on.
+type MergeInput struct {
+	// Address is the record being merged.
+	Address domain.Address
+	// Current is the record's current document; nil when the record does not exist.
+	Current *domain.Document
+	// Intent is the client's merge intent.
+	Intent domain.Document
+	// Accept lists the content types the store can hold, preferred first;
+	// empty means any. A profile that creates a record (Current is nil)
+	// should produce one of them, converting the intent where it can.
+	Accept []string
+}
+
 // MergeProfile is a named, deterministic read-modify-write function. The
 // application calls it with the record's current document (nil when the
 // record does not exist) and the client's intent, and writes the result with
 // a revision precondition, calling it again on conflict. It must therefore be
-// free of side effects and may be called several times for one merge.
+// free of side effects and may be called several times for one merge. Long
+// work must stop when ctx is done.
 type MergeProfile interface {
 	// Name is the profile's unique name, as clients send it.
 	Name() string
@@ -20,5 +35,5 @@ type MergeProfile interface {
 	ContentTypes() []string
 	// Merge returns the new document. Errors should be *domain.Error; a
 	// CodeInvalidArgument error is final (the intent cannot be applied).
-	Merge(ctx context.Context, current *domain.Document, intent domain.Document) (domain.Document, error)
+	Merge(ctx context.Context, in MergeInput) (domain.Document, error)
 }

@@ -83,6 +83,9 @@ type Storage interface {
 	// operation (names, content type, document shape). The application calls
 	// it before queueing, so that invalid work is never queued.
 	Validate(op WriteOp) error
+	// ContentTypes lists the document content types the storage can hold,
+	// preferred first; empty means any.
+	ContentTypes() []string
 	// Ping reports whether the storage answers.
 	Ping(ctx context.Context) error
 }

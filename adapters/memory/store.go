@@ -127,6 +127,9 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 // Validate implements ports.Storage: the memory store holds any document.
 func (s *Store) Validate(ports.WriteOp) error { return nil }
 
+// ContentTypes implements ports.Storage: the memory store holds any content type.
+func (s *Store) ContentTypes() []string { return nil }
+
 // Ping implements ports.Storage.
 func (s *Store) Ping(context.Context) error { return nil }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/internal/bsonwire"
+	"github.com/sink-io/sink/ports"
 )
 
 func toBSON(t testing.TB, js string) []byte {
@@ -175,12 +176,12 @@ func TestProfileRoutesByContentType(t *testing.T) {
 	}
 	cur := bsonDoc(bson.D{{Key: "n", Value: int64(1)}, {Key: "s", Value: "x"}})
 
-	got, err := p.Merge(ctx, cur, *bsonDoc(bson.D{{Key: "s", Value: nil}, {Key: "t", Value: int64(2)}}))
+	got, err := p.Merge(ctx, ports.MergeInput{Current: cur, Intent: *bsonDoc(bson.D{{Key: "s", Value: nil}, {Key: "t", Value: int64(2)}})})
 	if err != nil || got.ContentType != domain.ContentTypeBSON || toJSON(t, got.Data) != `{"n":{"$numberLong":"1"},"t":{"$numberLong":"2"}}` {
 		t.Fatalf("BSON on BSON: %v %s", err, toJSON(t, got.Data))
 	}
 	// A JSON intent on a BSON document is read as relaxed Extended JSON.
-	got, err = p.Merge(ctx, cur, domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"n":{"$numberLong":"6"},"when":{"$date":"2020-01-01T00:00:00Z"},"i":3}`)})
+	got, err = p.Merge(ctx, ports.MergeInput{Current: cur, Intent: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"n":{"$numberLong":"6"},"when":{"$date":"2020-01-01T00:00:00Z"},"i":3}`)}})
 	if err != nil || got.ContentType != domain.ContentTypeBSON {
 		t.Fatalf("JSON on BSON: %v", err)
 	}
@@ -189,12 +190,11 @@ func TestProfileRoutesByContentType(t *testing.T) {
 		t.Fatalf("JSON on BSON gave %s", toJSON(t, got.Data))
 	}
 	// A BSON intent on no document creates a BSON document.
-	got, err = p.Merge(ctx, nil, *bsonDoc(bson.D{{Key: "a", Value: bson.D{{Key: "b", Value: nil}}}}))
+	got, err = p.Merge(ctx, ports.MergeInput{Intent: *bsonDoc(bson.D{{Key: "a", Value: bson.D{{Key: "b", Value: nil}}}})})
 	if err != nil || got.ContentType != domain.ContentTypeBSON || toJSON(t, got.Data) != `{"a":{}}` {
 		t.Fatalf("BSON on nothing: %v %s", err, toJSON(t, got.Data))
 	}
-	// JSON stays JSON.
-	got, err = p.Merge(ctx, &domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"a":1}`)}, domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"b":2}`)})
+	got, err = p.Merge(ctx, ports.MergeInput{Current: &domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"a":1}`)}, Intent: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"b":2}`)}})
 	if err != nil || got.ContentType != domain.ContentTypeJSON || string(got.Data) != `{"a":1,"b":2}` {
 		t.Fatalf("JSON on JSON: %v %s", err, got.Data)
 	}
@@ -210,7 +210,7 @@ func TestProfileRoutesByContentType(t *testing.T) {
 		"malformed BSON intent":     {cur, domain.Document{ContentType: domain.ContentTypeBSON, Data: []byte{5, 0, 0}}, "intent is not a valid BSON"},
 		"malformed BSON document":   {&domain.Document{ContentType: domain.ContentTypeBSON, Data: []byte{5, 0}}, *bsonDoc(bson.D{}), "current document is not a valid BSON"},
 	} {
-		_, err := p.Merge(ctx, c.cur, c.intent)
+		_, err := p.Merge(ctx, ports.MergeInput{Current: c.cur, Intent: c.intent})
 		if domain.CodeOf(err) != domain.CodeInvalidArgument || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT mentioning %q", name, err, c.want)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
 )
 
 // The examples of RFC 7396, Appendix A, plus order and absence cases.
@@ -50,7 +51,7 @@ func TestMergeJSONRejectsInvalid(t *testing.T) {
 	if _, err := MergeJSON([]byte(`{nope`), []byte(`{}`)); err == nil {
 		t.Fatal("invalid current document accepted")
 	}
-	_, err := New().Merge(context.Background(), nil, domain.Document{ContentType: "application/json", Data: []byte("{")})
+	_, err := New().Merge(context.Background(), ports.MergeInput{Intent: domain.Document{ContentType: "application/json", Data: []byte("{")}})
 	if domain.CodeOf(err) != domain.CodeInvalidArgument {
 		t.Fatalf("profile error code = %v", domain.CodeOf(err))
 	}

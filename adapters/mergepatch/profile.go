@@ -35,7 +35,8 @@ func (Profile) ContentTypes() []string {
 //     relaxed Extended JSON) is converted to BSON first (JSONToBSON), which
 //     suits clients such as grpcurl that cannot easily send BSON.
 //   - BSON intent, JSON document: rejected.
-func (Profile) Merge(_ context.Context, current *domain.Document, intent domain.Document) (domain.Document, error) {
+func (Profile) Merge(_ context.Context, in ports.MergeInput) (domain.Document, error) {
+	current, intent := in.Current, in.Intent
 	fail := func(format string, args ...any) (domain.Document, error) {
 		return domain.Document{}, domain.Errorf(domain.CodeInvalidArgument, "merge-patch: "+format, args...)
 	}

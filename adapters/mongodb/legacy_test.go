@@ -29,7 +29,8 @@ type counterProfile struct{}
 func (counterProfile) Name() string           { return "count" }
 func (counterProfile) ContentTypes() []string { return []string{domain.ContentTypeBSON} }
 
-func (counterProfile) Merge(_ context.Context, cur *domain.Document, intent domain.Document) (domain.Document, error) {
+func (counterProfile) Merge(_ context.Context, in ports.MergeInput) (domain.Document, error) {
+	cur, intent := in.Current, in.Intent
 	by, err := bson.Raw(intent.Data).LookupErr("by")
 	if err != nil {
 		return domain.Document{}, domain.Errorf(domain.CodeInvalidArgument, "intent has no by: %v", err)

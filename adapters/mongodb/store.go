@@ -191,6 +191,9 @@ func (s *Store) Validate(op ports.WriteOp) error {
 	return nil
 }
 
+// ContentTypes implements ports.Storage: MongoDB holds BSON documents only.
+func (s *Store) ContentTypes() []string { return []string{domain.ContentTypeBSON} }
+
 // Ping implements ports.Storage.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.client.Ping(ctx, readpref.Primary()); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
 )
 
 // Tally is a merge profile that adds to named counters.
@@ -28,7 +29,8 @@ func (Tally) Name() string { return "tally" }
 func (Tally) ContentTypes() []string { return []string{domain.ContentTypeJSON} }
 
 // Merge implements ports.MergeProfile.
-func (Tally) Merge(_ context.Context, current *domain.Document, intent domain.Document) (domain.Document, error) {
+func (Tally) Merge(_ context.Context, input ports.MergeInput) (domain.Document, error) {
+	current, intent := input.Current, input.Intent
 	var state struct {
 		Counts map[string]int64 `json:"counts"`
 	}

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
 )
 
 // Name is the profile name.
@@ -49,7 +50,8 @@ func (Profile) ContentTypes() []string {
 }
 
 // Merge implements ports.MergeProfile.
-func (Profile) Merge(_ context.Context, cur *domain.Document, intent domain.Document) (domain.Document, error) {
+func (Profile) Merge(_ context.Context, input ports.MergeInput) (domain.Document, error) {
+	cur, intent := input.Current, input.Intent
 	var c Counter
 	ct := intent.ContentType
 	if cur != nil {
