@@ -1,0 +1,41 @@
+package domain
+
+import (
+	"fmt"
+	"mime"
+	"strings"
+)
+
+// MaxContentTypeLength bounds the length of a content type.
+const MaxContentTypeLength = 255
+
+// MediaType parses a content type such as "application/json; charset=utf-8"
+// (RFC 9110: optional whitespace around ';' and '=', case-insensitive type,
+// subtype and parameter names) and returns its lower-cased "type/subtype".
+// Parameters are validated but not returned: the content type itself is
+// kept as the client sent it, and comparisons use the media type.
+func MediaType(contentType string) (string, error) {
+	if len(contentType) > MaxContentTypeLength {
+		return "", fmt.Errorf("is %d bytes; the limit is %d", len(contentType), MaxContentTypeLength)
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return "", fmt.Errorf("is not a media type like application/json or application/json; charset=utf-8: %w", err)
+	}
+	typ, sub, ok := strings.Cut(mt, "/")
+	if !ok || typ == "" || sub == "" || strings.Contains(sub, "/") {
+		return "", fmt.Errorf("is not a media type like application/json: it needs a type and a subtype")
+	}
+	return mt, nil
+}
+
+// IsMediaType reports whether contentType names the media type want (a
+// lower-case "type/subtype" such as ContentTypeJSON), whatever its case and
+// parameters. An invalid content type matches nothing.
+func IsMediaType(contentType, want string) bool {
+	if contentType == want {
+		return true
+	}
+	mt, err := MediaType(contentType)
+	return err == nil && mt == want
+}

@@ -1,0 +1,39 @@
+package domain_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sink-io/sink/domain"
+)
+
+func TestMediaType(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"application/json", "application/json"},
+		{"application/json;charset=utf-8", "application/json"},
+		{"application/json; charset=utf-8", "application/json"},
+		{"application/json ; charset=utf-8", "application/json"},
+		{"Application/JSON; Charset=UTF-8", "application/json"},
+		{"application/bson", "application/bson"},
+		{"text/plain; format=flowed; charset=\"utf-8\"", "text/plain"},
+	} {
+		got, err := domain.MediaType(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("MediaType(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+		if !domain.IsMediaType(c.in, c.want) {
+			t.Errorf("IsMediaType(%q, %q) = false", c.in, c.want)
+		}
+	}
+	for _, bad := range []string{"", "json", "application/", "/json", "application/json; charset", "a/b/c", "application json", strings.Repeat("a", 300) + "/json"} {
+		if got, err := domain.MediaType(bad); err == nil {
+			t.Errorf("MediaType(%q) = %q, want an error", bad, got)
+		}
+		if domain.IsMediaType(bad, "application/json") {
+			t.Errorf("IsMediaType(%q) matched", bad)
+		}
+	}
+	if domain.IsMediaType("application/jsonx", domain.ContentTypeJSON) {
+		t.Error("application/jsonx matched application/json")
+	}
+}
