@@ -5,13 +5,16 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/memory"
@@ -71,24 +74,116 @@ func TestScrubURIAndHosts(t *testing.T) {
 		{"mongodb+srv://u:secret@cluster.example.net/?tls=true", "cluster.example.net"},
 		{"mongodb://db", "db"},
 		{"mongodb://u:sec%40ret@db/", "db"},
-		{"mongodb://u:se:cret@bad host/\x7f", "bad host"},
+		// The driver takes '?' in the password as part of it (issue 9: the
+		// old cut at the first '?' gave the host "sink:Ab").
+		{"mongodb://sink:Ab?Cd9xyz@127.0.0.1:1/", "127.0.0.1:1"},
+		{"mongodb://sink:Ab?Cd9xyz@127.0.0.1:1/?appName=x", "127.0.0.1:1"},
 	}
 	for _, c := range cases {
 		if got := mongoHosts(c.uri); got != c.hosts {
 			t.Errorf("hosts of %q = %q, want %q", c.uri, got, c.hosts)
 		}
-		msg := scrubURI("driver said: "+c.uri+" / secret / sec%40ret / sec@ret / se:cret", c.uri)
-		for _, leak := range []string{"secret", "sec%40ret", "sec@ret", "se:cret"} {
-			if strings.Contains(c.uri, strings.Split(leak, "/")[0]) && strings.Contains(msg, leak) {
-				t.Errorf("%q leaks %q: %s", c.uri, leak, msg)
-			}
+	}
+	// Hosts are hidden rather than guessed when the URI is malformed or the
+	// user info ambiguous (a raw '@' in the password).
+	for _, uri := range []string{"mongodb://u:se:cret@bad host/\x7f", "mongodb://u:p@Hx8m/Zp4t@db/", "http://db/"} {
+		if got := mongoHosts(uri); !strings.HasPrefix(got, "(not shown") {
+			t.Errorf("hosts of %q = %q, want them not shown", uri, got)
 		}
+	}
+	msg := scrubURI("driver said: mongodb://u:secret@db/ / secret / sec%40ret", "mongodb://u:secret@db/")
+	if strings.Contains(msg, "secret") {
+		t.Errorf("scrubbed message leaks: %s", msg)
 	}
 	// A malformed URI fails at assembly without echoing the password.
 	cfg := mongoConfig(t, map[string]string{"SINK_MONGODB_URI": "mongodb://u:hidden-pw@db:notaport/"})
 	_, err := New(cfg, slog.New(slog.DiscardHandler))
-	if err == nil || strings.Contains(err.Error(), "hidden-pw") || !strings.Contains(err.Error(), "db:notaport") {
+	if err == nil || strings.Contains(err.Error(), "hidden-pw") || !strings.Contains(err.Error(), "notaport") {
 		t.Fatalf("malformed URI: %v", err)
+	}
+}
+
+// trickyPasswords hold '?', '/', '@', ':' and '%' between fragments that
+// must never appear in any output.
+var trickyFragments = []string{"Qj7r", "Vw3k", "Hx8m", "Zp4t", "Lc6n", "Yb2s"}
+
+const trickyPassword = "Qj7r?Vw3k/Hx8m@Zp4t:Lc6n%Yb2s"
+
+func trickyURIs() map[string]string {
+	const tail = "@127.0.0.1:1/?serverSelectionTimeoutMS=300&connectTimeoutMS=300"
+	return map[string]string{
+		// As the URI format requires: percent-encoded.
+		"percent-encoded":                   "mongodb://sink:" + url.QueryEscape(trickyPassword) + tail,
+		"percent-encoded user and password": "mongodb://" + url.QueryEscape("Zp4t@Lc6n") + ":" + url.QueryEscape(trickyPassword) + tail,
+		// Raw characters the driver accepts ('?') or refuses.
+		"raw ?":         "mongodb://sink:Qj7r?Vw3k" + tail,
+		"raw /":         "mongodb://sink:Qj7r/Vw3k" + tail,
+		"raw @":         "mongodb://sink:Qj7r@Vw3k" + tail,
+		"raw @ and /":   "mongodb://sink:Qj7r@Hx8m/Zp4t" + tail,
+		"raw :":         "mongodb://sink:Qj7r:Vw3k" + tail,
+		"raw %":         "mongodb://sink:Qj7r%zzVw3k" + tail,
+		"raw % escape":  "mongodb://sink:Qj7r%4" + tail,
+		"all raw":       "mongodb://sink:" + trickyPassword + tail,
+		"srv, encoded":  "mongodb+srv://sink:" + url.QueryEscape(trickyPassword) + "@127.0.0.1/?serverSelectionTimeoutMS=300",
+		"bad port, raw": "mongodb://sink:Qj7r%zzVw3k@127.0.0.1:notaport/",
+	}
+}
+
+func assertNoPassword(t *testing.T, what, out string) {
+	t.Helper()
+	for _, f := range append([]string{"%zz", "%4"}, trickyFragments...) {
+		if strings.Contains(out, f) {
+			t.Errorf("%s shows %q, a part of the password:\n%s", what, f, out)
+		}
+	}
+	if !utf8.ValidString(out) {
+		t.Errorf("%s is not valid UTF-8: %q", what, out)
+	}
+}
+
+// Start-up with passwords holding '?', '/', '@', ':' and '%' never prints
+// any part of them: not in the start-up error, not in the logs, not in the
+// storage's health (ping) answers for a database that is down.
+func TestMongoPasswordsNeverLeak(t *testing.T) {
+	for name, uri := range trickyURIs() {
+		t.Run(name, func(t *testing.T) {
+			cfg := mongoConfig(t, map[string]string{"SINK_MONGODB_URI": uri})
+			var logs bytes.Buffer
+			log := NewLogger(cfg, &logs)
+			app, err := New(cfg, log)
+			if err != nil {
+				assertNoPassword(t, "assembly error", err.Error())
+				assertNoPassword(t, "logs", logs.String())
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = app.Start(ctx)
+			if err == nil {
+				_ = app.Stop(ctx)
+				t.Fatal("start-up succeeded without a database")
+			}
+			assertNoPassword(t, "start-up error", err.Error())
+			if !strings.Contains(err.Error(), "cannot connect to MongoDB at") {
+				t.Errorf("start-up error %q", err)
+			}
+			// The health monitor's answer for a down database is the store's ping error.
+			client, cerr := mongo.Connect(options.Client().ApplyURI(uri))
+			if cerr != nil {
+				t.Fatalf("the driver took the URI for the app but not here: %v", cerr)
+			}
+			defer func() { _ = client.Disconnect(context.Background()) }()
+			st, serr := newStorage(cfg, log, &mongoConn{client: client})
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			perr := st.Ping(ctx)
+			if perr == nil {
+				t.Fatal("ping succeeded without a database")
+			}
+			assertNoPassword(t, "health (ping) error", perr.Error())
+			assertNoPassword(t, "logs", logs.String())
+		})
 	}
 }
 

@@ -168,12 +168,23 @@ type encoder struct {
 }
 
 // storedDocument validates a client document for the record with key k and
-// returns the document to store: _id first (the client's, or the key when
-// the document has none), then the client's other fields in their order,
-// then the hidden field with rev (recording whether _id was added). With rev nil the hidden field is left out
-// (Validate uses that to check without allocating a revision).
+// returns the document to store: _id first (always the key's own value),
+// then the client's other fields in their order, then the hidden field with
+// rev (recording whether the client's document had no _id). With rev nil
+// the hidden field is left out and nothing is built (Validate uses that to
+// check without allocating a revision).
+//
+// A client _id must equal the key. For an int64 key, an int32 or integral
+// double _id of the same value is the same key to MongoDB (its _id index
+// compares numbers by value), so it is accepted too: merges of legacy
+// records carry the _id as it is stored. Which numeric type the stored _id
+// has is never changed by a replacement (see withoutID); a new record gets
+// the key's int64.
+//
+// Messages never quote the client's field names or values (they are client
+// data): they give positions and types.
 func (e *encoder) storedDocument(k domain.Key, d domain.Document, rev *bson.ObjectID) ([]byte, error) {
-	if d.ContentType != domain.ContentTypeBSON {
+	if !domain.IsMediaType(d.ContentType, domain.ContentTypeBSON) {
 		return nil, fmt.Errorf("store %q (MongoDB) accepts only %s documents, got content type %q", e.store, domain.ContentTypeBSON, d.ContentType)
 	}
 	if err := bsonwire.Validate(d.Data); err != nil {
@@ -187,34 +198,33 @@ func (e *encoder) storedDocument(k domain.Key, d domain.Document, rev *bson.Obje
 	if err != nil {
 		return nil, fmt.Errorf("document is not valid BSON: %w", err)
 	}
-	seen := make(map[string]struct{}, len(elems))
+	seen := make(map[string]int, len(elems))
 	idElem := -1
 	for i, el := range elems {
 		key := el.Key()
-		if _, dup := seen[key]; dup {
-			return nil, fmt.Errorf("document has the top-level field %q twice", key)
+		if j, dup := seen[key]; dup {
+			return nil, fmt.Errorf("document's top-level fields %d and %d (counting from 0) have the same name", j, i)
 		}
-		seen[key] = struct{}{}
+		seen[key] = i
 		switch {
 		case key == e.hidden:
 			return nil, fmt.Errorf("document contains the top-level field %q, which Sink reserves for its record metadata (SINK_MONGODB_HIDDEN_FIELD); remove it", key)
 		case key == idKey:
 			idElem = i
 		case len(key) > 0 && key[0] == '$':
-			return nil, fmt.Errorf("document has the top-level field %q; MongoDB does not allow stored field names to start with '$'", key)
+			return nil, fmt.Errorf("document's top-level field %d (counting from 0) starts with '$', which MongoDB does not allow in stored field names", i)
 		}
 	}
 	if idElem >= 0 {
-		got := elems[idElem].Value()
-		if got.Type != want.Type || !bytes.Equal(got.Data, want.Data) {
-			return nil, fmt.Errorf("document _id %s (%s) differs from the address key %s (%s); omit _id or set it to the key", describe(got), typeName(got.Type), describe(want), typeName(want.Type))
+		if got := elems[idElem].Value(); !sameKey(got, want) {
+			return nil, fmt.Errorf("document _id (%s) differs from the address key (%s); omit _id or set it to the key", valueKind(got, want), typeName(want.Type))
 		}
 	}
-	size := len(d.Data)
-	if idElem < 0 {
-		size += 1 + len(idKey) + 1 + len(want.Data)
+	idSize := 1 + len(idKey) + 1 + len(want.Data)
+	size := len(d.Data) + idSize + metaOverhead(e.hidden)
+	if idElem >= 0 {
+		size -= len(elems[idElem])
 	}
-	size += metaOverhead(e.hidden)
 	if size > MaxDocumentBytes {
 		return nil, fmt.Errorf("document would be %d bytes when stored (with _id and the %q field); MongoDB's limit is %d bytes", size, e.hidden, MaxDocumentBytes)
 	}
@@ -223,11 +233,7 @@ func (e *encoder) storedDocument(k domain.Key, d domain.Document, rev *bson.Obje
 	}
 	out := make([]byte, 0, size)
 	out = append(out, 0, 0, 0, 0)
-	if idElem < 0 {
-		out = bsoncore.AppendValueElement(out, idKey, want)
-	} else {
-		out = append(out, elems[idElem]...)
-	}
+	out = bsoncore.AppendValueElement(out, idKey, want)
 	for i, el := range elems {
 		if i != idElem {
 			out = append(out, el...)
@@ -237,6 +243,41 @@ func (e *encoder) storedDocument(k domain.Key, d domain.Document, rev *bson.Obje
 	out = append(out, 0)
 	binary.LittleEndian.PutUint32(out, uint32(len(out)))
 	return out, nil
+}
+
+// sameKey reports whether a document's _id names the record of the key
+// value want: the same type and bytes, or, for an int64 key, an int32 or
+// integral double of the same value.
+func sameKey(got, want bsoncore.Value) bool {
+	if got.Type == want.Type {
+		return bytes.Equal(got.Data, want.Data)
+	}
+	if want.Type != bsoncore.TypeInt64 {
+		return false
+	}
+	switch got.Type {
+	case bsoncore.TypeInt32, bsoncore.TypeDouble:
+		id, ok := idOf(got)
+		return ok && id == numID(want.Int64())
+	}
+	return false
+}
+
+// withoutID turns a document built by storedDocument (its first element is
+// _id) into the same document without _id, in place, and returns it; the
+// input must not be used afterwards.
+//
+// Replacements are sent without _id: MongoDB then keeps the stored _id
+// exactly as it is (a legacy int32 or double _id stays an int32 or a
+// double), and an upsert that creates the record takes _id from the
+// filter's equality on the key. A replacement that carried an _id of
+// another numeric type would be refused by MongoDB (ImmutableField) or, on
+// other servers, rewrite the stored _id.
+func withoutID(doc []byte) []byte {
+	idLen := len(bsoncore.Document(doc).Index(0))
+	rest := doc[idLen:]
+	binary.LittleEndian.PutUint32(rest, uint32(len(rest)))
+	return rest
 }
 
 // clientDocument splits a stored document into the document returned to
@@ -294,37 +335,13 @@ func (e *encoder) revisionOf(v bsoncore.Value) (bson.ObjectID, error) {
 	return oid, nil
 }
 
-// describe renders an _id value for messages.
-func describe(v bsoncore.Value) string {
-	switch v.Type {
-	case bsoncore.TypeString:
-		if str, ok := v.StringValueOK(); ok {
-			if len(str) > 64 {
-				return fmt.Sprintf("%q…", str[:64])
-			}
-			return fmt.Sprintf("%q", str)
-		}
-	case bsoncore.TypeInt32:
-		if n, ok := v.Int32OK(); ok {
-			return fmt.Sprint(n)
-		}
-	case bsoncore.TypeInt64:
-		if n, ok := v.Int64OK(); ok {
-			return fmt.Sprint(n)
-		}
-	case bsoncore.TypeBinary:
-		if sub, data, ok := v.BinaryOK(); ok {
-			if len(data) > 32 {
-				return fmt.Sprintf("%x… (subtype %d)", data[:32], sub)
-			}
-			return fmt.Sprintf("%x (subtype %d)", data, sub)
-		}
-	case bsoncore.TypeObjectID:
-		if oid, ok := v.ObjectIDOK(); ok {
-			return "ObjectId(" + hex.EncodeToString(oid[:]) + ")"
-		}
+// valueKind names the type of a document's _id for the key mismatch
+// message, noting when the type is right but the value is not.
+func valueKind(got, want bsoncore.Value) string {
+	if got.Type == want.Type {
+		return "another " + typeName(got.Type) + " value"
 	}
-	return "a value"
+	return "a value of type " + typeName(got.Type)
 }
 
 // typeNames are MongoDB's $type aliases.

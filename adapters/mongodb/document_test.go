@@ -215,3 +215,66 @@ func FuzzStoredDocumentRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// Replacements go out without _id (MongoDB keeps the stored one), the rest
+// of the stored document byte for byte.
+func TestWithoutID(t *testing.T) {
+	e := encoder{hidden: "__sink", store: "primary"}
+	for _, k := range []domain.Key{domain.StringKey("k1"), domain.Int64Key(42), domain.BytesKey([]byte{1, 2}), domain.ObjectIDKey(make([]byte, 12))} {
+		rev := newRevision()
+		full, err := e.storedDocument(k, domain.Document{ContentType: domain.ContentTypeBSON, Data: marshal(t, bson.D{{Key: "a", Value: 1}})}, &rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append([]byte(nil), full...)
+		idLen := len(bsoncore.Document(want).Index(0))
+		repl := withoutID(full)
+		if err := bsonwire.Validate(repl); err != nil {
+			t.Fatalf("%v: replacement is invalid: %v", k, err)
+		}
+		if got := keys(t, repl); strings.Join(got, ",") != "a,__sink" {
+			t.Fatalf("%v: replacement fields %v", k, got)
+		}
+		if !bytes.Equal(repl[4:], want[4+idLen:]) {
+			t.Fatalf("%v: replacement body differs", k)
+		}
+	}
+}
+
+func TestSameKey(t *testing.T) {
+	v := func(x any) bsoncore.Value {
+		typ, data, err := bson.MarshalValue(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bsoncore.Value{Type: bsoncore.Type(typ), Data: data}
+	}
+	k42, _ := keyValue(domain.Int64Key(42))
+	ks, _ := keyValue(domain.StringKey("42"))
+	for _, c := range []struct {
+		got  bsoncore.Value
+		want bsoncore.Value
+		same bool
+	}{
+		{v(int64(42)), k42, true}, {v(int32(42)), k42, true}, {v(42.0), k42, true},
+		{v(int32(41)), k42, false}, {v(42.5), k42, false}, {v("42"), k42, false}, {v(1e300), k42, false},
+		{v("42"), ks, true}, {v(int32(42)), ks, false}, {v(int64(42)), ks, false},
+	} {
+		if got := sameKey(c.got, c.want); got != c.same {
+			t.Errorf("sameKey(%v, %v) = %v, want %v", c.got, c.want, got, c.same)
+		}
+	}
+}
+
+func TestDescribeRevision(t *testing.T) {
+	rev := revisionToken(newRevision())
+	for r, want := range map[domain.Revision]string{
+		rev:            string(rev),
+		LegacyRevision: "legacy",
+		"\xff\xfeabc":  "(a token of 5 bytes this store never issued)",
+	} {
+		if got := describeRevision(r); got != want {
+			t.Errorf("describeRevision(%q) = %q, want %q", r, got, want)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
@@ -81,7 +83,7 @@ func classify(err error) *domain.Error {
 		return de
 	}
 	mk := func(code domain.Code, retryable bool, what string) *domain.Error {
-		return &domain.Error{Code: code, Retryable: retryable, Message: what + ": " + err.Error(), Cause: err}
+		return &domain.Error{Code: code, Retryable: retryable, Message: what + ": " + errorText(err), Cause: err}
 	}
 	if errors.Is(err, context.Canceled) {
 		return mk(domain.CodeCanceled, false, "MongoDB operation canceled")
@@ -142,6 +144,116 @@ func classify(err error) *domain.Error {
 		return mk(domain.CodeInvalidArgument, false, "MongoDB driver rejected the operation")
 	}
 	return mk(domain.CodeInternal, false, "unexpected MongoDB error")
+}
+
+// errorText renders err for messages. The text of a server error is
+// replaced by its codes and code names: servers put values of the offending
+// document into their messages (duplicate keys, validation failures,
+// immutable fields, field names), and those are client data that must not
+// reach clients' messages or logs. Driver errors (network, selection,
+// pool) keep their text; it names hosts and connections only.
+func errorText(err error) string {
+	msg := err.Error()
+	var se mongo.ServerError
+	if !errors.As(err, &se) {
+		return msg
+	}
+	codes := se.ErrorCodes()
+	sent := false
+	for _, c := range codes {
+		sent = sent || c != 0
+	}
+	if !sent {
+		// The driver's own error (a network error), not the server's text.
+		return msg
+	}
+	var sb strings.Builder
+	sb.WriteString("server error")
+	for i, c := range codes {
+		if i == 0 {
+			sb.WriteString(" code ")
+		} else {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(strconv.Itoa(c))
+		if name := codeName(c); name != "" {
+			sb.WriteString(" (" + name + ")")
+		}
+	}
+	if inner := se.Error(); inner != "" && strings.Contains(msg, inner) {
+		return strings.Replace(msg, inner, sb.String(), 1)
+	}
+	return sb.String()
+}
+
+// codeName returns the name of a server error code Sink knows.
+func codeName(c int) string {
+	for _, table := range []map[int]string{transientCodes, duplicateKeyCodes, invalidCodes, outcomeUnknownCodes} {
+		if n, ok := table[c]; ok {
+			return n
+		}
+	}
+	switch c {
+	case 13:
+		return "Unauthorized"
+	case 18:
+		return "AuthenticationFailed"
+	}
+	return ""
+}
+
+// classifyWrite classifies the error of a write command (insert, update,
+// delete, or a bulk of them). It is classify, except where the command may
+// have reached the server and taken effect although it failed: then the
+// class is OUTCOME_UNKNOWN, not retried by the adapter (the application
+// makes it retryable for idempotent operations only):
+//
+//   - a network error on the connection the command was sent on: the
+//     server may have applied it before the connection broke (errors while
+//     connecting, before anything was sent, stay retryable UNAVAILABLE);
+//   - an error labelled RetryableWriteError without NoWritesPerformed: the
+//     driver retried the write once (retryable writes) and the error may be
+//     the retry's, saying nothing about the first attempt;
+//   - a write concern error: the write was applied on the primary, but its
+//     replication was not confirmed.
+func classifyWrite(err error) *domain.Error {
+	e := classify(err)
+	if e == nil || e.Code == domain.CodeOutcomeUnknown || e.Code == domain.CodeCanceled {
+		return e
+	}
+	var why string
+	switch {
+	case hasLabel(err, driver.NoWritesPerformed):
+	case sentOnConnection(err):
+		why = "the connection failed after the write was sent"
+	case hasLabel(err, "RetryableWriteError"):
+		why = "the write was retried and failed again"
+	case hasWriteConcernError(err):
+		why = "the write concern was not satisfied"
+	}
+	if why == "" {
+		return e
+	}
+	return &domain.Error{Code: domain.CodeOutcomeUnknown,
+		Message: "MongoDB write may or may not have taken effect (" + why + "): " + errorText(err), Cause: err}
+}
+
+func hasLabel(err error, label string) bool {
+	var le mongo.LabeledError
+	return errors.As(err, &le) && le.HasErrorLabel(label)
+}
+
+// sentOnConnection reports a network error on an established connection:
+// the driver's errors while connecting carry no connection id.
+func sentOnConnection(err error) bool {
+	var ce topology.ConnectionError
+	return mongo.IsNetworkError(err) && errors.As(err, &ce) && ce.ConnectionID != ""
+}
+
+func hasWriteConcernError(err error) bool {
+	var we mongo.WriteException
+	var bwe mongo.BulkWriteException
+	return (errors.As(err, &we) && we.WriteConcernError != nil) || (errors.As(err, &bwe) && bwe.WriteConcernError != nil)
 }
 
 // serverCodes returns the server error codes carried by err and its labels.

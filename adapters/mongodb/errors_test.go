@@ -24,13 +24,13 @@ func (retryablePoolError) Retryable() bool { return true }
 
 func TestClassify(t *testing.T) {
 	cmd := func(code int32, labels ...string) error {
-		return mongo.CommandError{Code: code, Message: fmt.Sprintf("server error %d", code), Labels: labels}
+		return mongo.CommandError{Code: code, Message: fmt.Sprintf("secret-value %d", code), Labels: labels}
 	}
 	writeErr := func(code int) error {
-		return mongo.WriteException{WriteErrors: mongo.WriteErrors{{Index: 0, Code: code, Message: fmt.Sprintf("write error %d", code)}}}
+		return mongo.WriteException{WriteErrors: mongo.WriteErrors{{Index: 0, Code: code, Message: fmt.Sprintf("secret-value write error %d", code)}}}
 	}
 	bulkErr := func(code int) error {
-		return mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{{WriteError: mongo.WriteError{Index: 3, Code: code, Message: "bulk"}}}}
+		return mongo.BulkWriteException{WriteErrors: []mongo.BulkWriteError{{WriteError: mongo.WriteError{Index: 3, Code: code, Message: "secret-value bulk"}}}}
 	}
 	netErr := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
 	timeoutNetErr := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
@@ -67,7 +67,7 @@ func TestClassify(t *testing.T) {
 		{"network timeout label", cmd(0, "NetworkError", "NetworkTimeoutError"), unknown},
 		{"MaxTimeMSExpired", cmd(50), unknown},
 		{"MaxTimeMSExpired by name", mongo.CommandError{Name: "MaxTimeMSExpired"}, unknown},
-		{"write concern timeout", mongo.WriteException{WriteConcernError: &mongo.WriteConcernError{Code: 64, Message: "waiting for replication timed out"}}, unknown},
+		{"write concern timeout", mongo.WriteException{WriteConcernError: &mongo.WriteConcernError{Code: 64, Message: "secret-value: waiting for replication timed out"}}, unknown},
 		{"write concern MaxTimeMS", mongo.BulkWriteException{WriteConcernError: &mongo.WriteConcernError{Code: 50}}, unknown},
 		{"duplicate key 11000", writeErr(11000), exists},
 		{"duplicate key 11001", writeErr(11001), exists},
@@ -119,7 +119,24 @@ func TestClassify(t *testing.T) {
 			if got.Code != c.want.code || got.Retryable != c.want.retryable {
 				t.Fatalf("classify(%v) = %s retryable=%v, want %s retryable=%v", c.err, got.Code, got.Retryable, c.want.code, c.want.retryable)
 			}
-			if c.name != "domain error passes through" && (got.Cause == nil || !strings.Contains(got.Message, c.err.Error())) {
+			if c.name == "domain error passes through" {
+				return
+			}
+			if got.Cause == nil {
+				t.Fatal("no cause")
+			}
+			var se mongo.ServerError
+			if codes := serverCodesOf(c.err); errors.As(c.err, &se) && len(codes) > 0 {
+				// Server text may quote the document: only the codes are shown.
+				for _, code := range codes {
+					if !strings.Contains(got.Message, fmt.Sprint(code)) {
+						t.Fatalf("message %q does not give the code %d", got.Message, code)
+					}
+				}
+				if strings.Contains(got.Message, "secret-value") {
+					t.Fatalf("message %q carries the server's text", got.Message)
+				}
+			} else if !strings.Contains(got.Message, c.err.Error()) {
 				t.Fatalf("classified error %q does not carry the cause %q", got.Message, c.err)
 			}
 			if got.Message == "" {
@@ -130,6 +147,21 @@ func TestClassify(t *testing.T) {
 	if classify(nil) != nil {
 		t.Fatal("classify(nil) must be nil")
 	}
+}
+
+// serverCodesOf returns the non-zero server codes of err.
+func serverCodesOf(err error) []int {
+	var se mongo.ServerError
+	if !errors.As(err, &se) {
+		return nil
+	}
+	var out []int
+	for _, c := range se.ErrorCodes() {
+		if c != 0 {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // The listed codes must stay in exactly one class.
@@ -154,5 +186,39 @@ func TestClassifyCodeTablesAreDisjoint(t *testing.T) {
 		if seen[code] != "invalid" {
 			t.Errorf("code %d must be invalid, is %q", code, seen[code])
 		}
+	}
+}
+
+// Writes that may have reached the server are OUTCOME_UNKNOWN; writes that
+// certainly did not keep their class.
+func TestClassifyWrite(t *testing.T) {
+	sent := mongo.CommandError{Labels: []string{"NetworkError"}, Wrapped: topology.ConnectionError{ConnectionID: "c7", Wrapped: io.EOF}}
+	dial := mongo.CommandError{Labels: []string{"NetworkError", "SystemOverloadedError"}, Wrapped: topology.ConnectionError{Wrapped: errors.New("connection refused")}}
+	cases := []struct {
+		name      string
+		err       error
+		code      domain.Code
+		retryable bool
+	}{
+		{"network error after sending", sent, domain.CodeOutcomeUnknown, false},
+		{"network error while connecting", dial, domain.CodeUnavailable, true},
+		{"server selection", topology.ServerSelectionError{Wrapped: errors.New("no servers")}, domain.CodeUnavailable, true},
+		{"retried write failed again", mongo.CommandError{Code: 10107, Labels: []string{"RetryableWriteError"}}, domain.CodeOutcomeUnknown, false},
+		{"retried write, nothing written", mongo.CommandError{Code: 10107, Labels: []string{"RetryableWriteError", "NoWritesPerformed"}}, domain.CodeUnavailable, true},
+		{"not primary, not retried", mongo.CommandError{Code: 10107}, domain.CodeUnavailable, true},
+		{"write concern error", mongo.WriteException{WriteConcernError: &mongo.WriteConcernError{Code: 100}}, domain.CodeOutcomeUnknown, false},
+		{"write concern timeout", mongo.WriteException{WriteConcernError: &mongo.WriteConcernError{Code: 64}}, domain.CodeOutcomeUnknown, false},
+		{"duplicate key", mongo.WriteException{WriteErrors: mongo.WriteErrors{{Code: 11000}}}, domain.CodeAlreadyExists, false},
+		{"canceled", context.Canceled, domain.CodeCanceled, false},
+	}
+	for _, c := range cases {
+		got := classifyWrite(fmt.Errorf("cannot write: %w", c.err))
+		if got.Code != c.code || got.Retryable != c.retryable {
+			t.Errorf("%s: %s retryable=%v (%q), want %s retryable=%v", c.name, got.Code, got.Retryable, got.Message, c.code, c.retryable)
+		}
+	}
+	// Reads of the same errors stay retryable UNAVAILABLE.
+	if got := classify(sent); got.Code != domain.CodeUnavailable || !got.Retryable {
+		t.Errorf("read with a network error: %s", got.Code)
 	}
 }

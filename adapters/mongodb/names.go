@@ -127,6 +127,22 @@ func checkCollectionName(db, name string) error {
 	return nil
 }
 
+// systemDatabases are the databases MongoDB itself uses.
+var systemDatabases = []string{"admin", "config", "local"}
+
+// systemDatabase returns the system database name is, if any. The
+// comparison ignores case: MongoDB refuses a database whose name differs
+// from an existing one only in case (DatabaseDifferCase), and the system
+// databases always exist, so "Admin" could only ever fail.
+func systemDatabase(name string) string {
+	for _, sys := range systemDatabases {
+		if strings.EqualFold(name, sys) {
+			return sys
+		}
+	}
+	return ""
+}
+
 // target is the database/collection pair a dataset maps to.
 type target struct {
 	Database   string
@@ -160,6 +176,9 @@ func (m *mapper) resolve(a domain.Address) (target, error) {
 		return t, nil
 	}
 	t := target{a.Namespace, a.Dataset}
+	if sys := systemDatabase(t.Database); sys != "" {
+		return target{}, fmt.Errorf("namespace %q would be MongoDB's system database %q, which Sink does not use unless SINK_MONGODB_BINDINGS binds a dataset to it", a.Namespace, sys)
+	}
 	if err := checkDatabaseName(t.Database); err != nil {
 		return target{}, fmt.Errorf("namespace %q cannot be a MongoDB database: %w", a.Namespace, err)
 	}

@@ -191,11 +191,12 @@ func TestServiceRejectsBadInput(t *testing.T) {
 		{"wrong content type", put(good, domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"a":1}`)}), []string{"application/bson", `"application/json"`, `store "primary"`}},
 		{"malformed BSON", put(good, domain.Document{ContentType: domain.ContentTypeBSON, Data: []byte{0x10, 0, 0, 0, 0x02, 'a', 0}}), []string{"not valid BSON"}},
 		{"hidden field", put(good, bsonDoc(t, bson.D{{Key: "a", Value: 1}, {Key: "__sink", Value: bson.D{{Key: "rev", Value: bson.NewObjectID()}}}})), []string{`"__sink"`}},
-		{"_id mismatch", put(good, bsonDoc(t, bson.D{{Key: "_id", Value: "k2"}})), []string{"_id", `"k2"`, `"k1"`}},
+		{"_id mismatch", put(good, bsonDoc(t, bson.D{{Key: "_id", Value: "secret-k2"}})), []string{"_id", "another string value"}},
 		{"_id type mismatch", put(good, bsonDoc(t, bson.D{{Key: "_id", Value: int64(1)}})), []string{"_id", "int64", "string"}},
 		{"invalid database name", put(at("bad.name", "things", "k"), bsonDoc(t, bson.D{})), []string{`"bad.name"`, "database"}},
 		{"invalid collection name", put(at(db, "system.things", "k"), bsonDoc(t, bson.D{})), []string{`"system.things"`, "collection"}},
 		{"dollar collection name", put(at(db, "a$b", "k"), bsonDoc(t, bson.D{})), []string{`"a$b"`, "'$'"}},
+		{"system database", put(at("local", "things", "k"), bsonDoc(t, bson.D{})), []string{`"local"`, "system database"}},
 		{"oversized document", put(good, huge), []string{"16777216"}},
 		{"merge into invalid name", domain.Mutation{Kind: domain.MutationMerge, Address: at("x y", "things", "k"),
 			Merge: domain.MergeIntent{Profile: "count", Intent: bsonDoc(t, bson.D{{Key: "by", Value: int64(1)}})}}, []string{`"x y"`}},
@@ -221,6 +222,10 @@ func TestServiceRejectsBadInput(t *testing.T) {
 			if !strings.Contains(r.Err.Message, w) {
 				t.Errorf("%s: %q does not mention %s", c.name, r.Err.Message, w)
 			}
+		}
+		// Messages never quote the client's document.
+		if strings.Contains(r.Err.Message, "secret") {
+			t.Errorf("%s: %q quotes the document", c.name, r.Err.Message)
 		}
 	}
 	// A merge whose result the store cannot hold fails the same way.

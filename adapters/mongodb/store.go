@@ -29,6 +29,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
@@ -117,6 +118,7 @@ func New(client *mongo.Client, opts Options) (*Store, error) {
 	if opts.BulkChunk <= 0 {
 		opts.BulkChunk = DefaultBulkChunk
 	}
+	opts.BulkChunk = min(opts.BulkChunk, maxWriteBatchSize)
 	if opts.BulkConcurrency <= 0 {
 		opts.BulkConcurrency = DefaultBulkConcurrency
 	}
@@ -159,11 +161,28 @@ func (s *Store) collection(t target) *mongo.Collection {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c, ok = s.colls[t]; !ok {
-		c = s.client.Database(t.Database).Collection(t.Collection)
+		c = s.client.Database(t.Database, readOptions).Collection(t.Collection)
 		s.colls[t] = c
 	}
 	return c
 }
+
+// readOptions fix how every read of the Store reads, whatever the URI says
+// (readPreference, readConcernLevel): from the primary, with read concern
+// "local". The storage port does not tell the reads that feed a merge from
+// the others, and both need them:
+//   - primary: a secondary lags, so a merge would read a stale revision and
+//     keep failing its compare-and-set, and a client would not read its own
+//     writes;
+//   - "local": the primary's newest data, including writes not yet
+//     replicated to a majority. "majority" reads would lag behind writes
+//     acknowledged with w:1 (and, briefly, behind the primary's newest
+//     state), with the same stale-revision problem. A read may return data
+//     a failover later rolls back; a merge built on it then fails its
+//     compare-and-set on the new primary and reads again.
+//
+// Writes use the URI's write concern.
+var readOptions = options.Database().SetReadPreference(readpref.Primary()).SetReadConcern(readconcern.Local())
 
 // invalidArg returns the invalid-argument error for a problem with op.
 func invalidArg(format string, args ...any) *domain.Error {

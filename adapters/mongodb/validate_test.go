@@ -42,12 +42,17 @@ func TestValidate(t *testing.T) {
 		{"empty document", putOf(a, bsonDoc(t, bson.D{}))},
 		{"matching string _id", putOf(a, bsonDoc(t, bson.D{{Key: "_id", Value: "o1"}}))},
 		{"matching int64 _id", putOf(addr("shop", "orders", domain.Int64Key(-5)), bsonDoc(t, bson.D{{Key: "_id", Value: int64(-5)}}))},
+		// The same key to MongoDB: merges of legacy records carry them.
+		{"int32 _id of an int64 key", putOf(addr("shop", "orders", domain.Int64Key(-5)), bsonDoc(t, bson.D{{Key: "_id", Value: int32(-5)}}))},
+		{"integral double _id of an int64 key", putOf(addr("shop", "orders", domain.Int64Key(42)), bsonDoc(t, bson.D{{Key: "_id", Value: 42.0}}))},
 		{"matching binary _id", putOf(addr("shop", "orders", domain.BytesKey([]byte{0, 1})), bsonDoc(t, bson.D{{Key: "_id", Value: bson.Binary{Data: []byte{0, 1}}}}))},
 		{"matching ObjectID _id", putOf(addr("shop", "orders", domain.ObjectIDKey(oid[:])), bsonDoc(t, bson.D{{Key: "_id", Value: oid}}))},
 		{"hidden name nested", putOf(a, bsonDoc(t, bson.D{{Key: "x", Value: bson.D{{Key: "__sink", Value: 1}}}}))},
 		{"delete", ports.WriteOp{Kind: ports.WriteDelete, Address: a}},
 		{"long but legal names", putOf(addr(strings.Repeat("d", 63), strings.Repeat("c", 191), domain.StringKey("k")), bsonDoc(t, bson.D{}))},
 		{"unicode collection", putOf(addr("shop", "Bestellungen ü.2024", domain.StringKey("k")), bsonDoc(t, bson.D{}))},
+		{"content type with parameters", putOf(a, domain.Document{ContentType: "Application/BSON; charset=binary", Data: mustMarshal(t, bson.D{})})},
+		{"database named like a system one", putOf(addr("admins", "orders", domain.StringKey("k")), bsonDoc(t, bson.D{}))},
 	}
 	for _, c := range valid {
 		if err := s.Validate(c.op); err != nil {
@@ -65,11 +70,19 @@ func TestValidate(t *testing.T) {
 		{"truncated BSON", putOf(a, domain.Document{ContentType: domain.ContentTypeBSON, Data: []byte{9, 0, 0}}), []string{"not valid BSON"}},
 		{"JSON bytes as BSON", putOf(a, domain.Document{ContentType: domain.ContentTypeBSON, Data: []byte(`{"a":1}`)}), []string{"not valid BSON"}},
 		{"hidden field", putOf(a, bsonDoc(t, bson.D{{Key: "__sink", Value: bson.D{{Key: "rev", Value: oid}}}})), []string{`"__sink"`, "reserves"}},
-		{"_id value mismatch", putOf(a, bsonDoc(t, bson.D{{Key: "_id", Value: "o2"}})), []string{"_id", `"o2"`, `"o1"`}},
-		{"_id type mismatch", putOf(addr("shop", "orders", domain.Int64Key(5)), bsonDoc(t, bson.D{{Key: "_id", Value: int32(5)}})), []string{"_id", "int32", "int64"}},
+		{"_id value mismatch", putOf(a, bsonDoc(t, bson.D{{Key: "_id", Value: "o2"}})), []string{"_id", "another string value", "(string)"}},
+		{"_id type mismatch", putOf(addr("shop", "orders", domain.Int64Key(5)), bsonDoc(t, bson.D{{Key: "_id", Value: "5"}})), []string{"_id", "type string", "int64"}},
+		{"int32 _id of another value", putOf(addr("shop", "orders", domain.Int64Key(5)), bsonDoc(t, bson.D{{Key: "_id", Value: int32(6)}})), []string{"_id", "int32", "int64"}},
+		{"fractional double _id", putOf(addr("shop", "orders", domain.Int64Key(5)), bsonDoc(t, bson.D{{Key: "_id", Value: 5.5}})), []string{"_id", "double", "int64"}},
+		{"int32 _id of a string key", putOf(a, bsonDoc(t, bson.D{{Key: "_id", Value: int32(5)}})), []string{"_id", "int32", "string"}},
 		{"_id string vs bytes", putOf(addr("shop", "orders", domain.BytesKey([]byte("o1"))), bsonDoc(t, bson.D{{Key: "_id", Value: "o1"}})), []string{"_id", "string", "binary"}},
-		{"dollar field", putOf(a, bsonDoc(t, bson.D{{Key: "$set", Value: 1}})), []string{`"$set"`}},
-		{"duplicate field", putOf(a, domain.Document{ContentType: domain.ContentTypeBSON, Data: dupField(t)}), []string{`"x"`, "twice"}},
+		{"dollar field", putOf(a, bsonDoc(t, bson.D{{Key: "a", Value: 1}, {Key: "$set", Value: 1}})), []string{"field 1", "'$'"}},
+		{"duplicate field", putOf(a, domain.Document{ContentType: domain.ContentTypeBSON, Data: dupField(t)}), []string{"fields 0 and 1", "same name"}},
+		{"json content type with parameters", putOf(a, domain.Document{ContentType: "application/json; charset=utf-8", Data: []byte(`{}`)}), []string{"application/bson"}},
+		{"system database admin", putOf(addr("admin", "orders", domain.StringKey("k")), bsonDoc(t, bson.D{})), []string{`"admin"`, "system database", "SINK_MONGODB_BINDINGS"}},
+		{"system database config", putOf(addr("config", "orders", domain.StringKey("k")), bsonDoc(t, bson.D{})), []string{`"config"`, "system database"}},
+		{"system database local", putOf(addr("local", "orders", domain.StringKey("k")), bsonDoc(t, bson.D{})), []string{`"local"`, "system database"}},
+		{"system database in another case", putOf(addr("Admin", "orders", domain.StringKey("k")), bsonDoc(t, bson.D{})), []string{`"Admin"`, `system database "admin"`}},
 		{"oversized", putOf(a, bsonDoc(t, bson.D{{Key: "b", Value: bson.Binary{Data: big[:mongodb.MaxDocumentBytes-40]}}})), []string{"16777216"}},
 		{"empty namespace", putOf(addr("", "orders", domain.StringKey("k")), bsonDoc(t, bson.D{})), []string{"database name must not be empty"}},
 		{"dot in namespace", putOf(addr("a.b", "orders", domain.StringKey("k")), bsonDoc(t, bson.D{})), []string{`"a.b"`, "'.'"}},
@@ -201,6 +214,19 @@ func TestBindingsMapAndReserveTargets(t *testing.T) {
 	s = newStore(t, offlineClient(t), mongodb.Options{Bindings: bs})
 	if err := s.Validate(ports.WriteOp{Kind: ports.WriteDelete, Address: addr("my.shop", "$orders", domain.StringKey("k"))}); err != nil {
 		t.Fatalf("binding of illegal names: %v", err)
+	}
+	// A system database is used only when a binding names it; its other
+	// collections stay unreachable.
+	bs, err = mongodb.ParseBindings(`[{"namespace":"ops","dataset":"startup","database":"local","collection":"startup_log"}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = newStore(t, offlineClient(t), mongodb.Options{Bindings: bs})
+	if err := s.Validate(ports.WriteOp{Kind: ports.WriteDelete, Address: addr("ops", "startup", domain.StringKey("k"))}); err != nil {
+		t.Fatalf("explicit binding to a system database: %v", err)
+	}
+	if err := s.Validate(ports.WriteOp{Kind: ports.WriteDelete, Address: addr("local", "oplog.rs", domain.StringKey("k"))}); domain.CodeOf(err) != domain.CodeInvalidArgument {
+		t.Fatalf("unbound collection of a system database: %v", err)
 	}
 	if _, err := mongodb.New(offlineClient(t), mongodb.Options{Bindings: []mongodb.Binding{{Namespace: "a"}}}); err == nil {
 		t.Fatal("New accepted an incomplete binding")

@@ -53,6 +53,10 @@ func (s *Store) prepare(i int, op *ports.WriteOp) (*item, error) {
 		if it.doc, err = s.enc.storedDocument(op.Address.Key, op.Document, &it.rev); err != nil {
 			return nil, invalidArg("%v", err)
 		}
+		if op.Condition.Kind != ports.ConditionAbsent {
+			// Replacements keep the stored _id as it is (see withoutID).
+			it.doc = withoutID(it.doc)
+		}
 		it.bulk = op.Condition.Kind == ports.ConditionNone || op.Condition.Kind == ports.ConditionAbsent
 	case ports.WriteDelete:
 	default:
@@ -117,8 +121,13 @@ func (s *Store) applyWave(ctx context.Context, wave []*item, out []ports.WriteRe
 	for _, t := range order {
 		items := bulks[t]
 		for len(items) > 0 {
-			chunk := items[:min(len(items), s.bulkChunk)]
-			items = items[len(chunk):]
+			n, size := 0, 0
+			for n < len(items) && n < s.bulkChunk && (n == 0 || size+len(items[n].doc) <= maxBulkBytes) {
+				size += len(items[n].doc)
+				n++
+			}
+			chunk := items[:n]
+			items = items[n:]
 			chunks = append(chunks, func() { s.bulkWrite(ctx, t, chunk, out) })
 		}
 	}
@@ -132,9 +141,45 @@ func idFilter(id bsoncore.Value) bson.Raw {
 	return bson.Raw(bsoncore.NewDocumentBuilder().AppendValue(idKey, id).Build())
 }
 
-// bulkWrite runs the upserts and creates of one collection as one unordered
-// bulk write. Each operation gets its own result: its write error, or success
-// with Existed from the bulk's upserted ids.
+// maxBulkBytes bounds the documents of one bulk chunk so that each of its
+// commands fits in one wire message (MongoDB's maxMessageSizeBytes is 48 MB,
+// and the driver would split a larger command into several messages and, on
+// an error in a later one, drop the results of the earlier ones).
+const maxBulkBytes = 32 << 20
+
+// maxWriteBatchSize is MongoDB's limit on the operations of one write
+// command; larger bulks would be split by the driver.
+const maxWriteBatchSize = 100000
+
+// bulkWrite runs the upserts and creates of one collection. They are two
+// commands (update and insert), sent as two unordered bulk writes one after
+// the other, so that a command that fails as a whole (a network error, a
+// timeout) decides only its own operations' results: the other command's
+// operations get their own outcome.
+func (s *Store) bulkWrite(ctx context.Context, t target, items []*item, out []ports.WriteResult) {
+	var creates, upserts []*item
+	for _, it := range items {
+		if it.upsert() {
+			upserts = append(upserts, it)
+		} else {
+			creates = append(creates, it)
+		}
+	}
+	for _, cmd := range [][]*item{creates, upserts} {
+		if len(cmd) > 0 {
+			s.bulkCommand(ctx, t, cmd, out)
+		}
+	}
+}
+
+// bulkCommand runs operations of one kind (all upserts or all creates) of
+// one collection as one unordered bulk write. Each operation gets its own
+// result: its write error, or success with Existed from the bulk's upserted
+// ids. When the command fails as a whole, every operation gets that error,
+// classified as a write (classifyWrite): OUTCOME_UNKNOWN when the command
+// may have taken effect (a network error after it was sent, a timeout, a
+// failed retry), UNAVAILABLE when nothing was sent. A write concern error
+// makes the operations without a write error OUTCOME_UNKNOWN.
 //
 // The per-operation attribution is trusted only when the counts add up (every
 // operation without a write error ran). FerretDB v1 ignores ordered:false for
@@ -145,7 +190,7 @@ func idFilter(id bsoncore.Value) bson.Raw {
 // whether it created the record), the others run again one by one, which
 // gives them their own result. After that the Store sends upserts one by one,
 // so that each reports Existed exactly.
-func (s *Store) bulkWrite(ctx context.Context, t target, items []*item, out []ports.WriteResult) {
+func (s *Store) bulkCommand(ctx context.Context, t target, items []*item, out []ports.WriteResult) {
 	coll := s.collection(t)
 	models := make([]mongo.WriteModel, len(items))
 	for j, it := range items {
@@ -157,12 +202,16 @@ func (s *Store) bulkWrite(ctx context.Context, t target, items []*item, out []po
 	}
 	res, err := coll.BulkWrite(ctx, models, unorderedBulk)
 	var bwe mongo.BulkWriteException
-	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil || res == nil) {
-		e := classify(fmt.Errorf("cannot write to %s: %w", t, err))
+	if err != nil && (!errors.As(err, &bwe) || res == nil) {
+		e := classifyWrite(fmt.Errorf("cannot write to %s: %w", t, err))
 		for _, it := range items {
 			out[it.i].Err = e
 		}
 		return
+	}
+	var wce *domain.Error
+	if bwe.WriteConcernError != nil {
+		wce = classifyWrite(fmt.Errorf("cannot confirm the write to %s: %w", t, mongo.BulkWriteException{WriteConcernError: bwe.WriteConcernError, Labels: bwe.Labels}))
 	}
 	if res == nil {
 		res = &mongo.BulkWriteResult{}
@@ -171,7 +220,8 @@ func (s *Store) bulkWrite(ctx context.Context, t target, items []*item, out []po
 	for _, we := range bwe.WriteErrors {
 		failed[we.Index] = we.WriteError
 	}
-	trusted := res.MatchedCount+res.UpsertedCount+res.InsertedCount == int64(len(items)-len(failed))
+	// With a write concern error the counts are the server's own answer.
+	trusted := wce != nil || res.MatchedCount+res.UpsertedCount+res.InsertedCount == int64(len(items)-len(failed))
 	if !trusted {
 		// From now on upserts run one by one on this server (see applyWave).
 		s.untrustedUpdateBulks.Store(true)
@@ -190,6 +240,9 @@ func (s *Store) bulkWrite(ctx context.Context, t target, items []*item, out []po
 			again = append(again, it)
 		case isErr:
 			out[it.i].Err = s.writeError(it, we)
+		case wce != nil:
+			// Applied on the primary, its replication not confirmed.
+			out[it.i].Err = wce
 		case it.upsert():
 			out[it.i] = it.success(!created)
 		default:
@@ -199,7 +252,8 @@ func (s *Store) bulkWrite(ctx context.Context, t target, items []*item, out []po
 	if len(unsure) > 0 {
 		retry, err := s.resolve(ctx, coll, unsure, out)
 		if err != nil {
-			e := classify(fmt.Errorf("cannot write to %s: %w", t, err))
+			e := &domain.Error{Code: domain.CodeOutcomeUnknown, Cause: err,
+				Message: fmt.Sprintf("cannot tell whether the write to %s took effect: the server's bulk result did not say, and looking it up failed: %s", t, classify(err).Message)}
 			for _, it := range unsure {
 				out[it.i].Err = e
 			}
@@ -261,9 +315,9 @@ func (s *Store) resolve(ctx context.Context, coll *mongo.Collection, items []*it
 	return retry, nil
 }
 
-// writeError classifies the write error of one operation.
+// writeError classifies the error of one operation's write.
 func (s *Store) writeError(it *item, err error) *domain.Error {
-	e := classify(fmt.Errorf("cannot write %s: %w", it.op.Address, err))
+	e := classifyWrite(fmt.Errorf("cannot write %s: %w", it.op.Address, err))
 	if e.Code == domain.CodeAlreadyExists {
 		return &domain.Error{Code: domain.CodeAlreadyExists, Message: fmt.Sprintf("record %s already exists", it.op.Address), Cause: err}
 	}
@@ -368,8 +422,21 @@ func (s *Store) conditionFailed(ctx context.Context, it *item) ports.WriteResult
 	case op.Condition.Kind == ports.ConditionAbsent:
 		return it.success(false)
 	case !exists:
-		return ports.WriteResult{Err: domain.Errorf(domain.CodeNotFound, "record %s does not exist (expected revision %s)", op.Address, op.Condition.Revision)}
+		return ports.WriteResult{Err: domain.Errorf(domain.CodeNotFound, "record %s does not exist (expected revision %s)", op.Address, describeRevision(op.Condition.Revision))}
 	default:
-		return ports.WriteResult{Err: domain.Errorf(domain.CodeRevisionMismatch, "record %s does not have the expected revision %s", op.Address, op.Condition.Revision)}
+		return ports.WriteResult{Err: domain.Errorf(domain.CodeRevisionMismatch, "record %s does not have the expected revision %s", op.Address, describeRevision(op.Condition.Revision))}
 	}
+}
+
+// describeRevision renders a client's expected revision for messages. A
+// revision is opaque bytes from the client: only tokens this adapter issues
+// (24 hex digits, or "legacy") are shown as they are.
+func describeRevision(r domain.Revision) string {
+	if r == LegacyRevision {
+		return string(r)
+	}
+	if _, ok := parseRevision(r); ok {
+		return string(r)
+	}
+	return fmt.Sprintf("(a token of %d bytes this store never issued)", len(r))
 }

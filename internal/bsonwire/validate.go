@@ -8,6 +8,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
@@ -15,12 +17,31 @@ import (
 // MaxNesting is MongoDB's limit on nested documents and arrays.
 const MaxNesting = 100
 
+// ErrTooDeep is wrapped by the error Validate returns for documents nested
+// more than MaxNesting levels deep (errors.Is works). Callers report it as
+// an invalid argument, like every other validation error.
+var ErrTooDeep = fmt.Errorf("documents and arrays are nested more than %d levels deep", MaxNesting)
+
+// maxPathElements bounds the path in error messages.
+const maxPathElements = 8
+
 // Validate checks that b is exactly one well-formed BSON document, all
 // the way down (bsoncore's own Validate does not descend into embedded
-// documents).
+// documents). The work is linear in len(b) and the recursion is at most
+// MaxNesting+1 levels deep.
+//
+// Errors never quote the document: field names and values are the client's
+// data. They name the problem and where it is, as a path of element
+// positions counted from 0 ("element 2.0.5": the sixth element of the first
+// element of the third top-level element), shortened to its first
+// maxPathElements positions.
 func Validate(b []byte) error {
 	n, err := validateDocument(b, 0)
 	if err != nil {
+		var pe *pathError
+		if errors.As(err, &pe) {
+			return pe.finish()
+		}
 		return err
 	}
 	if n != len(b) {
@@ -31,10 +52,46 @@ func Validate(b []byte) error {
 
 var errTruncated = errors.New("truncated")
 
+// pathError is a validation error inside an element; the path is collected
+// innermost first while the recursion unwinds.
+type pathError struct {
+	rev []int // element positions, innermost first
+	err error
+}
+
+func (e *pathError) Error() string { return e.finish().Error() }
+func (e *pathError) Unwrap() error { return e.err }
+
+// finish renders the path outermost first, shortened to maxPathElements.
+func (e *pathError) finish() error {
+	var sb strings.Builder
+	n := len(e.rev)
+	for i := 0; i < n && i < maxPathElements; i++ {
+		if i > 0 {
+			sb.WriteByte('.')
+		}
+		sb.WriteString(strconv.Itoa(e.rev[n-1-i]))
+	}
+	if n > maxPathElements {
+		fmt.Fprintf(&sb, "… (%d levels)", n)
+	}
+	return fmt.Errorf("element %s: %w", sb.String(), e.err)
+}
+
+// inElement records that err happened in the element at position pos.
+func inElement(pos int, err error) error {
+	var pe *pathError
+	if errors.As(err, &pe) {
+		pe.rev = append(pe.rev, pos)
+		return pe
+	}
+	return &pathError{rev: []int{pos}, err: err}
+}
+
 // validateDocument validates the document at the start of b and returns its length.
 func validateDocument(b []byte, depth int) (int, error) {
 	if depth > MaxNesting {
-		return 0, fmt.Errorf("documents and arrays are nested more than %d levels deep", MaxNesting)
+		return 0, ErrTooDeep
 	}
 	if len(b) < 5 {
 		return 0, fmt.Errorf("document of %d bytes is shorter than the minimum of 5", len(b))
@@ -47,17 +104,16 @@ func validateDocument(b []byte, depth int) (int, error) {
 		return 0, errors.New("document does not end with a NUL byte")
 	}
 	body := b[4 : n-1]
-	for len(body) > 0 {
+	for pos := 0; len(body) > 0; pos++ {
 		t := bsoncore.Type(body[0])
 		end := bytes.IndexByte(body[1:], 0)
 		if end < 0 {
-			return 0, errors.New("field name is not NUL-terminated")
+			return 0, inElement(pos, errors.New("field name is not NUL-terminated"))
 		}
-		key := string(body[1 : 1+end])
 		rest := body[2+end:]
 		l, err := valueLength(t, rest, depth)
 		if err != nil {
-			return 0, fmt.Errorf("field %q: %w", key, err)
+			return 0, inElement(pos, err)
 		}
 		body = rest[l:]
 	}
