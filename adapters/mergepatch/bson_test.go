@@ -207,8 +207,8 @@ func TestProfileRoutesByContentType(t *testing.T) {
 		"JSON array on BSON":        {cur, domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`[1]`)}, "JSON object"},
 		"invalid JSON on BSON":      {cur, domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"a":`)}, "not valid JSON"},
 		"bad Extended JSON on BSON": {cur, domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"a":{"$numberLong":"x"}}`)}, "Extended JSON"},
-		"malformed BSON intent":     {cur, domain.Document{ContentType: domain.ContentTypeBSON, Data: []byte{5, 0, 0}}, "intent is not a valid BSON"},
-		"malformed BSON document":   {&domain.Document{ContentType: domain.ContentTypeBSON, Data: []byte{5, 0}}, *bsonDoc(bson.D{}), "current document is not a valid BSON"},
+		"malformed BSON intent":     {cur, domain.Document{ContentType: domain.ContentTypeBSON, Data: []byte{5, 0, 0}}, "intent: not a valid BSON"},
+		"malformed BSON document":   {&domain.Document{ContentType: domain.ContentTypeBSON, Data: []byte{5, 0}}, *bsonDoc(bson.D{}), "current document: not a valid BSON"},
 	} {
 		_, err := p.Merge(ctx, ports.MergeInput{Current: c.cur, Intent: c.intent})
 		if domain.CodeOf(err) != domain.CodeInvalidArgument || !strings.Contains(err.Error(), c.want) {
@@ -225,19 +225,43 @@ func FuzzMergeBSON(f *testing.F) {
 		mustBSON(f, bson.D{{Key: "a", Value: nil}, {Key: "b", Value: bson.D{{Key: "d", Value: int64(2)}}}}))
 	f.Add(mustBSON(f, bson.D{}), mustBSON(f, bson.D{{Key: "x", Value: bson.A{1, nil}}}))
 	f.Add([]byte{}, mustBSON(f, bson.D{{Key: "a", Value: bson.D{{Key: "b", Value: nil}}}}))
+	f.Add(mustBSON(f, bson.D{{Key: "a", Value: bson.D{{Key: "b", Value: bson.D{{Key: "c", Value: bson.A{1}}}}}}}),
+		mustBSON(f, bson.D{{Key: "a", Value: bson.D{{Key: "b", Value: bson.D{{Key: "c", Value: bson.D{{Key: "d", Value: 1}}}}}}}}))
+	f.Add(mustBSON(f, bson.D{{Key: "_id", Value: 1}}), mustBSON(f, bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: bson.D{}}}))
 	f.Fuzz(func(t *testing.T, target, patch []byte) {
 		if len(target) == 0 {
 			target = nil
 		}
-		out, err := MergeBSON(target, patch)
+		merge := func(target, patch []byte) ([]byte, error) {
+			return mergeBSON(newRun(context.Background(), fuzzDepth), target, patch)
+		}
+		out, err := merge(target, patch)
 		if err != nil {
+			if strings.Contains(err.Error(), "nesting depth") && bsonwire.Validate(patch) == nil && bsonDepth(patch) <= fuzzDepth &&
+				(target == nil || bsonwire.Validate(target) == nil && bsonDepth(target) <= fuzzDepth) {
+				t.Fatalf("depth error for inputs within the limit: %v", err)
+			}
 			return
+		}
+		if bsonDepth(patch) > fuzzDepth || target != nil && bsonDepth(target) > fuzzDepth {
+			t.Fatalf("inputs deeper than %d accepted", fuzzDepth)
 		}
 		if err := bsonwire.Validate(out); err != nil {
 			t.Fatalf("result is not valid BSON: %v", err)
 		}
+		if bsonDepth(out) > fuzzDepth {
+			t.Fatalf("result deeper than %d", fuzzDepth)
+		}
+		// The record key stays.
+		if target != nil {
+			if id, ok := lastID(target); ok {
+				if got, err := bsoncore.Document(out).LookupErr("_id"); err != nil || got.Type != id.Type || !bytes.Equal(got.Data, id.Data) {
+					t.Fatalf("_id changed")
+				}
+			}
+		}
 		// Merge patches are idempotent.
-		again, err := MergeBSON(out, patch)
+		again, err := merge(out, patch)
 		if err != nil || !bytes.Equal(again, out) {
 			t.Fatalf("not idempotent: %x then %x (%v)", out, again, err)
 		}
@@ -266,4 +290,17 @@ func FuzzMergeBSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// lastID returns the value of the last "_id" element of a valid document.
+func lastID(doc []byte) (bsoncore.Value, bool) {
+	els, _ := bsoncore.Document(doc).Elements()
+	var id bsoncore.Value
+	found := false
+	for _, el := range els {
+		if el.Key() == "_id" {
+			id, found = el.Value(), true
+		}
+	}
+	return id, found
 }

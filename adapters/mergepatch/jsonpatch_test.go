@@ -2,6 +2,8 @@ package mergepatch
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/sink-io/sink/domain"
@@ -57,16 +59,35 @@ func TestMergeJSONRejectsInvalid(t *testing.T) {
 	}
 }
 
+// fuzzDepth is the nesting limit of the fuzz targets: small, so that the
+// fuzzer reaches it.
+const fuzzDepth = 3
+
 func FuzzMergeJSON(f *testing.F) {
 	f.Add([]byte(`{"a":1}`), []byte(`{"a":null,"b":{"c":2}}`))
 	f.Add([]byte(`[1]`), []byte(`"x"`))
+	f.Add([]byte(`{"a":{"b":{"c":{"d":1}}}}`), []byte(`{"a":{"b":{"c":{"e":[]}}}}`))
+	f.Add([]byte(`{"a":[[[1]]]}`), []byte(`{"a":{"b":[[]]}}`))
+	f.Add([]byte(`{"a":1,"a":{"b":2}}`), []byte(`{"a":{"c":null},"a":{"d":3}}`))
 	f.Fuzz(func(t *testing.T, target, patch []byte) {
-		out, err := MergeJSON(target, patch)
+		if len(target) == 0 {
+			target = nil
+		}
+		out, err := mergeJSON(newRun(context.Background(), fuzzDepth), target, patch)
 		if err != nil {
+			if strings.Contains(err.Error(), "nesting depth") && jsonDepth(patch) <= fuzzDepth && jsonDepth(target) <= fuzzDepth {
+				t.Fatalf("depth error for inputs within the limit: %v", err)
+			}
 			return
 		}
+		if jsonDepth(patch) > fuzzDepth || target != nil && jsonDepth(target) > fuzzDepth {
+			t.Fatalf("inputs deeper than %d accepted", fuzzDepth)
+		}
+		if !json.Valid(out) || jsonDepth(out) > fuzzDepth {
+			t.Fatalf("result %s is not valid JSON or deeper than %d", out, fuzzDepth)
+		}
 		// Merge patches are idempotent: applying the patch again changes nothing.
-		again, err := MergeJSON(out, patch)
+		again, err := mergeJSON(newRun(context.Background(), fuzzDepth), out, patch)
 		if err != nil || string(again) != string(out) {
 			t.Fatalf("not idempotent: %s then %s (%v)", out, again, err)
 		}
