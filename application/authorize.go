@@ -22,14 +22,14 @@ func (s *Service) checkCaller(ctx context.Context) *domain.Error {
 }
 
 // authorize checks, before any storage or queue call, that the caller may
-// perform the operation on the (normalized) address. It returns a
+// perform the operation (kind 0: a read) on the (normalized) address. It returns a
 // per-operation CodePermissionDenied error naming the principal, the right
 // and the dataset, never a secret.
-func (s *Service) authorize(ctx context.Context, index int, kind domain.MutationKind, a domain.Address) *domain.Error {
+func (s *Service) authorize(ctx context.Context, ref opRef, kind domain.MutationKind, a domain.Address) *domain.Error {
 	p, ok := domain.PrincipalFrom(ctx)
 	if !ok {
 		if s.requirePrincipal {
-			return domain.Errorf(domain.CodeUnauthenticated, "operations[%d]: the request carries no credentials", index)
+			return opErrorf(ref, fieldAddress, domain.CodeUnauthenticated, "the request carries no credentials")
 		}
 		return nil
 	}
@@ -37,10 +37,5 @@ func (s *Service) authorize(ctx context.Context, index int, kind domain.Mutation
 	if p.Allows(a.DatasetRef(), right) {
 		return nil
 	}
-	what := "read"
-	if kind != 0 {
-		what = kind.String()
-	}
-	return domain.Errorf(domain.CodePermissionDenied, "operations[%d] (%s): principal %q has no %s right on %s",
-		index, what, p.Name, right, a.DatasetRef())
+	return opErrorf(ref, fieldAddress, domain.CodePermissionDenied, "principal %q has no %s right on %s", p.Name, right, a.DatasetRef())
 }

@@ -74,14 +74,35 @@ func (p RetryPolicy) Validate(name string) error {
 	return errors.Join(errs...)
 }
 
+// MergePolicy bounds one merge: the read-modify-write retries on conflict,
+// and the time each run of its profile may take.
+type MergePolicy struct {
+	RetryPolicy
+	// Timeout is the time budget of one run of a merge profile; the
+	// profile's context ends after it, and a run that takes longer fails
+	// with a non-retryable CodeResourceExhausted error (see runProfile).
+	Timeout time.Duration
+}
+
+// Validate reports every problem of the policy at once.
+func (p MergePolicy) Validate(name string) error {
+	var errs []error
+	errs = append(errs, p.RetryPolicy.Validate(name))
+	if p.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("%s: timeout must be positive, got %s", name, p.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
 // Config configures the application service.
 type Config struct {
 	// Store is the name of the store this process serves. Requests that
 	// leave the store empty get this one.
 	Store  string
 	Limits Limits
-	// Merge bounds the read-modify-write retries of one merge on conflict.
-	Merge RetryPolicy
+	// Merge bounds the read-modify-write retries of one merge on conflict
+	// and the time budget of its profile.
+	Merge MergePolicy
 	// Apply bounds the retries of a queued mutation on transient failures
 	// (worker path).
 	Apply RetryPolicy
@@ -96,8 +117,11 @@ func DefaultConfig() Config {
 	return Config{
 		Store:  "primary",
 		Limits: DefaultLimits(),
-		Merge:  RetryPolicy{MaxAttempts: 32, BaseBackoff: time.Millisecond, MaxBackoff: 100 * time.Millisecond},
-		Apply:  RetryPolicy{MaxAttempts: 10, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second},
+		Merge: MergePolicy{
+			RetryPolicy: RetryPolicy{MaxAttempts: 32, BaseBackoff: time.Millisecond, MaxBackoff: 100 * time.Millisecond},
+			Timeout:     2 * time.Second,
+		},
+		Apply: RetryPolicy{MaxAttempts: 10, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second},
 	}
 }
 
@@ -107,6 +131,6 @@ func (c Config) Validate() error {
 	if c.Store == "" {
 		errs = append(errs, errors.New("store name must not be empty"))
 	}
-	errs = append(errs, c.Limits.Validate(), c.Merge.Validate("merge retry"), c.Apply.Validate("apply retry"))
+	errs = append(errs, c.Limits.Validate(), c.Merge.Validate("merge"), c.Apply.Validate("apply retry"))
 	return errors.Join(errs...)
 }

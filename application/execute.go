@@ -2,6 +2,8 @@ package application
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sink-io/sink/domain"
@@ -16,7 +18,9 @@ import (
 // With blockOnFailure (the worker path), once a mutation fails with a
 // retryable error, later mutations of the same record are not attempted and
 // get a retryable "blocked" error, so that retrying never reorders them.
-func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult, blockOnFailure bool) {
+//
+// refs names the mutations in their errors.
+func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
 	waves := domain.Waves(len(valid), func(j int) domain.RecordID { return work[valid[j]].Address.ID() })
 	var blocked map[domain.RecordID]string
 	for _, wave := range waves {
@@ -25,14 +29,14 @@ func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []i
 			i := valid[j]
 			if blocked != nil {
 				if by, ok := blocked[work[i].Address.ID()]; ok {
-					results[i] = failed(&domain.Error{Code: domain.CodeUnavailable, Retryable: true,
-						Message: "not attempted: mutation " + by + " before it on the same record failed and must be retried first"})
+					results[i] = failed(opErrorf(refs(i), fieldAddress, domain.CodeUnavailable,
+						"not attempted: mutation %s before it on the same record failed and must be retried first", by))
 					continue
 				}
 			}
 			items = append(items, i)
 		}
-		s.applyWave(ctx, work, items, results)
+		s.applyWave(ctx, work, items, results, refs)
 		if !blockOnFailure {
 			continue
 		}
@@ -49,7 +53,7 @@ func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []i
 
 // applyWave applies mutations on distinct records: one storage read for the
 // merges, one storage write for everything, then merge retries on conflict.
-func (s *Service) applyWave(ctx context.Context, work []domain.Mutation, items []int, results []WriteResult) {
+func (s *Service) applyWave(ctx context.Context, work []domain.Mutation, items []int, results []WriteResult, refs func(int) opRef) {
 	if len(items) == 0 {
 		return
 	}
@@ -75,7 +79,7 @@ func (s *Service) applyWave(ctx context.Context, work []domain.Mutation, items [
 	}
 	for attempt := 1; ; attempt++ {
 		if len(merges) > 0 {
-			mops, mowners := s.prepareMerges(ctx, work, merges, results)
+			mops, mowners := s.prepareMerges(ctx, work, merges, results, refs)
 			ops = append(ops, mops...)
 			owners = append(owners, mowners...)
 		}
@@ -84,7 +88,7 @@ func (s *Service) applyWave(ctx context.Context, work []domain.Mutation, items [
 			got := s.storage.Write(ctx, ops)
 			s.obs.StorageCall("write", len(ops), time.Since(start))
 			for k, r := range got {
-				results[owners[k]] = writeResult(&work[owners[k]], r)
+				results[owners[k]] = writeResult(refs(owners[k]), &work[owners[k]], r)
 			}
 		}
 		// Merges whose conditional write met a concurrent change are retried.
@@ -102,13 +106,12 @@ func (s *Service) applyWave(ctx context.Context, work []domain.Mutation, items [
 		}
 		if attempt >= s.cfg.Merge.MaxAttempts || !sleep(ctx, s.cfg.Merge.backoff(attempt)) {
 			for _, i := range again {
-				results[i] = failed(&domain.Error{Code: domain.CodeAborted, Retryable: true,
-					Message: "merge kept conflicting with concurrent writes of the same record after " + itoa(attempt) + " attempts"})
-			}
-			if ctx.Err() != nil {
-				for _, i := range again {
-					results[i] = failed(ctx.Err())
+				if ctx.Err() != nil {
+					results[i] = failed(opError(refs(i), fieldAddress, ctx.Err()))
+					continue
 				}
+				results[i] = failed(opErrorf(refs(i), fieldAddress, domain.CodeAborted,
+					"merge kept conflicting with concurrent writes of the same record after %d attempts", attempt))
 			}
 			return
 		}
@@ -118,7 +121,7 @@ func (s *Service) applyWave(ctx context.Context, work []domain.Mutation, items [
 
 // prepareMerges reads the merge targets and runs their profiles. Merges that
 // fail here get their result; the others become conditional writes.
-func (s *Service) prepareMerges(ctx context.Context, work []domain.Mutation, merges []int, results []WriteResult) ([]ports.WriteOp, []int) {
+func (s *Service) prepareMerges(ctx context.Context, work []domain.Mutation, merges []int, results []WriteResult, refs func(int) opRef) ([]ports.WriteOp, []int) {
 	addrs := make([]domain.Address, len(merges))
 	for k, i := range merges {
 		addrs[k] = work[i].Address
@@ -130,9 +133,10 @@ func (s *Service) prepareMerges(ctx context.Context, work []domain.Mutation, mer
 	owners := make([]int, 0, len(merges))
 	for k, i := range merges {
 		m := &work[i]
+		ref := refs(i)
 		r := current[k]
 		if r.Err != nil {
-			results[i] = failed(r.Err)
+			results[i] = failed(opError(ref, fieldAddress, r.Err))
 			continue
 		}
 		p := s.profiles[m.Merge.Profile]
@@ -141,22 +145,18 @@ func (s *Service) prepareMerges(ctx context.Context, work []domain.Mutation, mer
 		if r.Found {
 			cur = &r.Record.Document
 			cond = ports.Condition{Kind: ports.ConditionRevision, Revision: r.Record.Revision}
-			if !accepts(p, cur.ContentType) {
-				results[i] = failed(domain.Errorf(domain.CodeInvalidArgument,
-					"merge profile %q cannot merge into a record of content type %q", p.Name(), cur.ContentType))
+			if !s.accepts(p, cur.ContentType) {
+				results[i] = failed(invalid(ref, fieldAddress, "the record holds a document of content type %q, which merge profile %q cannot merge into (it accepts %s)",
+					cur.ContentType, p.Name(), strings.Join(p.ContentTypes(), ", ")))
 				continue
 			}
 		}
-		doc, err := p.Merge(ctx, ports.MergeInput{Address: m.Address, Current: cur, Intent: m.Merge.Intent, Accept: s.storage.ContentTypes()})
+		doc, err := s.runProfile(ctx, ref, p, ports.MergeInput{Address: m.Address, Current: cur, Intent: m.Merge.Intent, Accept: s.storage.ContentTypes()})
 		if err != nil {
-			e := domain.AsError(err)
-			if e.Code == domain.CodeInternal {
-				e = domain.Wrap(domain.CodeInvalidArgument, err, "merge profile %q rejected the intent", p.Name())
-			}
-			results[i] = failed(e)
+			results[i] = failed(err)
 			continue
 		}
-		if err := s.checkMergeResult(p, m, doc); err != nil {
+		if err := s.checkMergeResult(ref, p, m, doc); err != nil {
 			results[i] = failed(err)
 			continue
 		}
@@ -166,13 +166,46 @@ func (s *Service) prepareMerges(ctx context.Context, work []domain.Mutation, mer
 	return ops, owners
 }
 
-func (s *Service) checkMergeResult(p ports.MergeProfile, m *domain.Mutation, doc domain.Document) *domain.Error {
+// runProfile runs one merge within its budget: the profile gets a context
+// that ends after Config.Merge.Timeout, or earlier when ctx ends.
+//
+// A merge that does not finish within its budget fails with a
+// non-retryable CodeResourceExhausted error, also when the profile
+// ignored the context and returned a result late: running the same intent
+// on the same record again would most likely take as long, so neither the
+// client nor the worker (which dead-letters it at once) should retry it
+// as it is. When ctx ended first (the client canceled, or its deadline
+// passed), the error has ctx's code.
+func (s *Service) runProfile(ctx context.Context, ref opRef, p ports.MergeProfile, in ports.MergeInput) (domain.Document, *domain.Error) {
+	mctx, cancel := context.WithTimeout(ctx, s.cfg.Merge.Timeout)
+	defer cancel()
+	doc, err := p.Merge(mctx, in)
+	if mctx.Err() != nil {
+		if ctx.Err() != nil {
+			e := domain.AsError(ctx.Err())
+			return domain.Document{}, opError(ref, fieldIntent, domain.Wrap(e.Code, ctx.Err(), "merge profile %q was stopped", p.Name()))
+		}
+		return domain.Document{}, newOpError(ref, fieldIntent, domain.CodeResourceExhausted, false,
+			"merge profile "+strconv.Quote(p.Name())+" did not finish within the merge time budget of "+s.cfg.Merge.Timeout.String()+
+				": the merge costs too much; make the intent or the record smaller", nil)
+	}
+	if err != nil {
+		e := domain.AsError(err)
+		if e.Code == domain.CodeInternal {
+			e = domain.Wrap(domain.CodeInvalidArgument, err, "merge profile %q rejected the intent", p.Name())
+		}
+		return domain.Document{}, opError(ref, fieldIntent, e)
+	}
+	return doc, nil
+}
+
+func (s *Service) checkMergeResult(ref opRef, p ports.MergeProfile, m *domain.Mutation, doc domain.Document) *domain.Error {
 	if doc.ContentType == "" || len(doc.Data) > s.cfg.Limits.MaxDocumentBytes {
-		return domain.Errorf(domain.CodeInvalidArgument, "merge profile %q produced a document of %d bytes with content type %q; the limit is %d bytes and a content type is required",
+		return invalid(ref, fieldIntent, "merge profile %q produced a document of %d bytes with content type %q; the limit is %d bytes and a content type is required",
 			p.Name(), len(doc.Data), doc.ContentType, s.cfg.Limits.MaxDocumentBytes)
 	}
 	if err := s.storage.Validate(ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: doc}); err != nil {
-		return domain.Wrap(domain.CodeOf(err), err, "merge profile %q produced a document the store cannot hold", p.Name())
+		return opError(ref, fieldIntent, domain.Wrap(domain.CodeOf(err), err, "merge profile %q produced a document the store cannot hold", p.Name()))
 	}
 	return nil
 }
@@ -204,7 +237,7 @@ func idempotent(m *domain.Mutation) bool {
 	return (m.Kind == domain.MutationPut && m.Mode == domain.PutUpsert) || m.Kind == domain.MutationDelete
 }
 
-func writeResult(m *domain.Mutation, r ports.WriteResult) WriteResult {
+func writeResult(ref opRef, m *domain.Mutation, r ports.WriteResult) WriteResult {
 	if r.Err != nil {
 		e := domain.AsError(r.Err)
 		if e.Code == domain.CodeOutcomeUnknown && e.Retryable != idempotent(m) {
@@ -212,24 +245,11 @@ func writeResult(m *domain.Mutation, r ports.WriteResult) WriteResult {
 			c.Retryable = idempotent(m)
 			e = &c
 		}
+		e = opError(ref, storageField(m, e.Code), e)
 		return WriteResult{Status: statusOf(e), Err: e}
 	}
 	if m.Kind == domain.MutationDelete && !r.Existed {
 		return WriteResult{Status: StatusNotFound}
 	}
 	return WriteResult{Status: StatusApplied, Revision: r.Revision}
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[i:])
 }

@@ -22,52 +22,72 @@ func (c Completion) label() string {
 	return completionWait
 }
 
-// dataset returns the dataset an operation addressed, with the served
-// store filled in when the client left it empty.
-func (s *Service) dataset(a domain.Address) domain.DatasetRef {
-	d := a.DatasetRef()
-	if d.Store == "" {
-		d.Store = s.cfg.Store
+// verdicts records, per operation of a request, what the observers may
+// know of it. Client-chosen names become metric labels only for operations
+// that passed validation and authorization (admitted), so that invalid and
+// denied operations cannot fill the bounded label sets; logs name the
+// dataset of every operation whose address was valid (bounded, UTF-8
+// names), never one that was rejected.
+type verdicts struct {
+	// datasets: the dataset of each operation whose address was valid
+	// (the served store filled in); zero otherwise.
+	datasets []domain.DatasetRef
+	admitted []bool
+}
+
+func newVerdicts(n int) verdicts {
+	return verdicts{datasets: make([]domain.DatasetRef, n), admitted: make([]bool, n)}
+}
+
+// labelled returns the dataset of operation i for metrics: zero unless it
+// was admitted.
+func (v verdicts) labelled(i int) domain.DatasetRef {
+	if !v.admitted[i] {
+		return domain.DatasetRef{}
 	}
-	return d
+	return v.datasets[i]
 }
 
 // observeReads reports the outcomes of one Read request.
-func (s *Service) observeReads(ctx context.Context, addrs []domain.Address, results []ReadResult) {
+func (s *Service) observeReads(ctx context.Context, v verdicts, results []ReadResult) {
 	outcomes := make([]ports.OperationOutcome, len(results))
 	errs := make([]*domain.Error, len(results))
 	for i, r := range results {
 		outcomes[i] = ports.OperationOutcome{
-			Source: ports.SourceRequest, Dataset: s.dataset(addrs[i]), Kind: "read",
+			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: "read",
 			Status: r.Status.String(), Code: codeName(r.Err),
 		}
 		errs[i] = r.Err
 	}
 	s.obs.Operations(outcomes)
-	s.logFailures(ctx, "Read", outcomes, errs)
+	s.logFailures(ctx, "Read", v, errs)
 }
 
 // observeMutations reports the outcomes of one Write or Delete request.
-func (s *Service) observeMutations(ctx context.Context, useCase string, work []domain.Mutation, completion Completion, results []WriteResult) {
+func (s *Service) observeMutations(ctx context.Context, useCase string, work []domain.Mutation, v verdicts, completion Completion, results []WriteResult) {
 	outcomes := make([]ports.OperationOutcome, len(results))
 	errs := make([]*domain.Error, len(results))
 	for i, r := range results {
 		outcomes[i] = ports.OperationOutcome{
-			Source: ports.SourceRequest, Dataset: s.dataset(work[i].Address), Kind: work[i].Kind.String(),
+			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: work[i].Kind.String(),
 			Completion: completion.label(), Status: r.Status.String(), Code: codeName(r.Err),
 		}
 		errs[i] = r.Err
 	}
 	s.obs.Operations(outcomes)
-	s.logFailures(ctx, useCase, outcomes, errs)
+	s.logFailures(ctx, useCase, v, errs)
 }
 
 // observeApplied reports the final outcomes of queued mutations applied by
-// the worker. Failures are logged by the consumer, which dead-letters them.
-func (s *Service) observeApplied(work []domain.Mutation, outcomes []ports.ApplyOutcome, results []WriteResult) {
+// the worker; only valid mutations are labelled with their dataset.
+// Failures are logged by the consumer, which dead-letters them.
+func (s *Service) observeApplied(work []domain.Mutation, valid []bool, outcomes []ports.ApplyOutcome, results []WriteResult) {
 	out := make([]ports.OperationOutcome, len(outcomes))
 	for i, o := range outcomes {
-		oc := ports.OperationOutcome{Source: ports.SourceWorker, Dataset: s.dataset(work[i].Address), Kind: work[i].Kind.String()}
+		oc := ports.OperationOutcome{Source: ports.SourceWorker, Kind: work[i].Kind.String()}
+		if valid[i] {
+			oc.Dataset = work[i].Address.DatasetRef()
+		}
 		switch {
 		case o.Err == nil && results[i].Status == StatusNotFound:
 			oc.Status = StatusNotFound.String()
@@ -91,9 +111,13 @@ func codeName(e *domain.Error) string {
 
 // logFailures writes one log line per failed operation class (error code)
 // of a request: how many operations failed with it, the request id, the RPC,
-// and the index, dataset and message of the first such operation. It never
-// logs documents.
-func (s *Service) logFailures(ctx context.Context, useCase string, outcomes []ports.OperationOutcome, errs []*domain.Error) {
+// and the index, kind, field and dataset of the first such operation.
+//
+// It never logs error messages: they may quote what the client sent (an
+// intent inside a parser error, a content type, a name that was rejected)
+// or what storage holds (the fields and values of a stored document). The
+// client gets them in full; the log gets what locates the problem.
+func (s *Service) logFailures(ctx context.Context, useCase string, v verdicts, errs []*domain.Error) {
 	type class struct {
 		code     domain.Code
 		first    int
@@ -117,7 +141,9 @@ func (s *Service) logFailures(ctx context.Context, useCase string, outcomes []po
 			classes = append(classes, c)
 		}
 		c.count++
-		c.datasets[outcomes[i].Dataset] = struct{}{}
+		if d := v.datasets[i]; d != (domain.DatasetRef{}) {
+			c.datasets[d] = struct{}{}
+		}
 	}
 	if len(classes) == 0 {
 		return
@@ -129,12 +155,11 @@ func (s *Service) logFailures(ctx context.Context, useCase string, outcomes []po
 	}
 	for _, c := range classes {
 		first := errs[c.first]
-		d := outcomes[c.first].Dataset
 		msg := strconv.Itoa(c.count) + " operations failed: " + c.code.String()
 		if c.count == 1 {
 			msg = "1 operation failed: " + c.code.String()
 		}
-		attrs := make([]slog.Attr, 0, 12)
+		attrs := make([]slog.Attr, 0, 14)
 		if req.ID != "" {
 			attrs = append(attrs, slog.String("request_id", req.ID))
 		}
@@ -145,11 +170,17 @@ func (s *Service) logFailures(ctx context.Context, useCase string, outcomes []po
 			slog.Int("operations", len(errs)),
 			slog.Bool("retryable", first.Retryable),
 			slog.Int("first_index", c.first),
-			slog.String("store", d.Store),
-			slog.String("namespace", d.Namespace),
-			slog.String("dataset", d.Dataset),
-			slog.String("first_message", first.Error()),
 		)
+		if d, ok := detailOf(first); ok {
+			attrs = append(attrs, slog.String("first_kind", d.ref.kind), slog.String("first_field", d.field))
+		}
+		if d := v.datasets[c.first]; d != (domain.DatasetRef{}) {
+			attrs = append(attrs,
+				slog.String("store", d.Store),
+				slog.String("namespace", d.Namespace),
+				slog.String("dataset", d.Dataset),
+			)
+		}
 		if n := len(c.datasets); n > 1 {
 			attrs = append(attrs, slog.Int("datasets", n))
 		}

@@ -25,9 +25,13 @@ type Service struct {
 	storage  ports.Storage
 	queue    ports.MutationQueue // nil: async completion is disabled
 	profiles map[string]ports.MergeProfile
-	log      *slog.Logger
-	now      func() time.Time
-	obs      ports.Observer
+	// mediaTypes: the media types each profile declares, lower-cased.
+	mediaTypes map[string][]string
+	// admission: see WithAdmission; nil admits everything.
+	admission ports.Admission
+	log       *slog.Logger
+	now       func() time.Time
+	obs       ports.Observer
 	// requirePrincipal: see RequirePrincipal (authorize.go).
 	requirePrincipal bool
 }
@@ -44,6 +48,11 @@ func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.log = l } }
 // WithObserver sets the observer that receives measurements.
 func WithObserver(o ports.Observer) Option { return func(s *Service) { s.obs = o } }
 
+// WithAdmission makes the service ask a before doing any work for a
+// request: it is asked once per request, with the operations that passed
+// validation and authorization only (see ports.Admission).
+func WithAdmission(a ports.Admission) Option { return func(s *Service) { s.admission = a } }
+
 // WithClock sets the clock used for submission times (tests).
 func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
 
@@ -56,12 +65,13 @@ func NewService(cfg Config, storage ports.Storage, profiles []ports.MergeProfile
 		return nil, fmt.Errorf("cannot create the application service: no storage")
 	}
 	s := &Service{
-		cfg:      cfg,
-		storage:  storage,
-		profiles: make(map[string]ports.MergeProfile, len(profiles)),
-		log:      slog.Default(),
-		now:      time.Now,
-		obs:      ports.NopObserver{},
+		cfg:        cfg,
+		storage:    storage,
+		profiles:   make(map[string]ports.MergeProfile, len(profiles)),
+		mediaTypes: make(map[string][]string, len(profiles)),
+		log:        slog.Default(),
+		now:        time.Now,
+		obs:        ports.NopObserver{},
 	}
 	for _, p := range profiles {
 		name := p.Name()
@@ -73,6 +83,13 @@ func NewService(cfg Config, storage ports.Storage, profiles []ports.MergeProfile
 		}
 		if len(p.ContentTypes()) == 0 {
 			return nil, fmt.Errorf("cannot register merge profile %q: it declares no content types", name)
+		}
+		for _, ct := range p.ContentTypes() {
+			mt, err := domain.MediaType(ct)
+			if err != nil {
+				return nil, fmt.Errorf("cannot register merge profile %q: content type %q %w", name, ct, err)
+			}
+			s.mediaTypes[name] = append(s.mediaTypes[name], mt)
 		}
 		s.profiles[name] = p
 	}
@@ -130,30 +147,35 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 		return nil, err
 	}
 	results := make([]ReadResult, len(addrs))
-	defer s.observeReads(ctx, addrs, results)
+	v := newVerdicts(len(addrs))
 	valid := make([]domain.Address, 0, len(addrs))
 	pos := make([]int, 0, len(addrs))
+	cost := 0
 	for i := range addrs {
 		a := addrs[i]
-		if err := s.normalizeAddress(opIndex(i), 0, &a); err != nil {
+		ref := readRef(i)
+		if err := s.normalizeAddress(ref, &a); err != nil {
 			results[i] = ReadResult{Status: StatusFailed, Err: err}
 			continue
 		}
-		if err := s.authorize(ctx, i, 0, a); err != nil {
+		v.datasets[i] = a.DatasetRef()
+		if err := s.authorize(ctx, ref, 0, a); err != nil {
 			results[i] = ReadResult{Status: StatusFailed, Err: err}
 			continue
 		}
 		if err := s.storage.Validate(ports.WriteOp{Kind: ports.WriteDelete, Address: a}); err != nil {
-			e := domain.AsError(err)
-			if e.Code == domain.CodeInvalidArgument {
-				e = invalid(opIndex(i), 0, fmt.Sprintf("store %q", s.cfg.Store), "%s", e.Message)
-			}
-			results[i] = ReadResult{Status: StatusFailed, Err: e}
+			results[i] = ReadResult{Status: StatusFailed, Err: s.storageRejected(ref, err)}
 			continue
 		}
+		v.admitted[i] = true
 		valid = append(valid, a)
 		pos = append(pos, i)
+		cost += a.Key.Size()
 	}
+	if err := s.admit(ctx, len(valid), cost); err != nil {
+		return nil, err
+	}
+	defer s.observeReads(ctx, v, results)
 	if len(valid) == 0 {
 		return results, nil
 	}
@@ -164,7 +186,7 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 		i := pos[j]
 		switch {
 		case r.Err != nil:
-			results[i] = ReadResult{Status: StatusFailed, Err: domain.AsError(r.Err)}
+			results[i] = ReadResult{Status: StatusFailed, Err: opError(readRef(i), fieldAddress, r.Err)}
 		case !r.Found:
 			results[i] = ReadResult{Status: StatusNotFound}
 		default:
@@ -172,6 +194,20 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 		}
 	}
 	return results, nil
+}
+
+// admit asks the admission port (when there is one) whether the valid,
+// authorized operations of a request may run. Requests without any are
+// not charged.
+func (s *Service) admit(ctx context.Context, ops, bytes int) error {
+	if s.admission == nil || ops == 0 {
+		return nil
+	}
+	var name string
+	if p, ok := domain.PrincipalFrom(ctx); ok {
+		name = p.Name
+	}
+	return s.admission.Admit(ctx, ports.AdmissionRequest{Principal: name, Operations: ops, Bytes: bytes})
 }
 
 // Write applies or enqueues puts and merges (mutations of kind put or
@@ -213,20 +249,27 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	results := make([]WriteResult, len(muts))
 	work := make([]domain.Mutation, len(muts))
 	copy(work, muts)
-	defer s.observeMutations(ctx, useCaseOf(kinds), work, completion, results)
+	v := newVerdicts(len(muts))
 	valid := make([]int, 0, len(muts))
+	cost := 0
 	now := s.now()
 	for i := range work {
 		m := &work[i]
+		ref := requestRef(i, m.Kind)
 		if !kindIn(m.Kind, kinds) {
-			results[i] = failed(invalid(opIndex(i), 0, "kind", "must be one of %s, got %s", kindNames(kinds), m.Kind))
+			results[i] = failed(invalid(ref, "kind", "must be one of %s, got %s", kindNames(kinds), m.Kind))
 			continue
 		}
-		if err := s.validateMutation(opIndex(i), m); err != nil {
+		if err := s.normalizeAddress(ref, &m.Address); err != nil {
 			results[i] = failed(err)
 			continue
 		}
-		if err := s.authorize(ctx, i, m.Kind, m.Address); err != nil {
+		v.datasets[i] = m.Address.DatasetRef()
+		if err := s.checkMutation(ref, m); err != nil {
+			results[i] = failed(err)
+			continue
+		}
+		if err := s.authorize(ctx, ref, m.Kind, m.Address); err != nil {
 			results[i] = failed(err)
 			continue
 		}
@@ -236,16 +279,23 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		if m.SubmittedAt.IsZero() {
 			m.SubmittedAt = now
 		}
+		v.admitted[i] = true
 		valid = append(valid, i)
+		cost += m.Address.Key.Size() + len(m.Document.Data) + len(m.Merge.Intent.Data)
 	}
+	if err := s.admit(ctx, len(valid), cost); err != nil {
+		return nil, err
+	}
+	defer s.observeMutations(ctx, useCaseOf(kinds), work, v, completion, results)
 	if len(valid) == 0 {
 		return results, nil
 	}
+	refs := func(i int) opRef { return requestRef(i, work[i].Kind) }
 	if completion == ReturnAfterAccepted {
-		s.submit(ctx, work, valid, results)
+		s.submit(ctx, work, valid, results, refs)
 		return results, nil
 	}
-	s.execute(ctx, work, valid, results, false)
+	s.execute(ctx, work, valid, results, refs, false)
 	return results, nil
 }
 
@@ -267,7 +317,7 @@ func kindIn(k domain.MutationKind, kinds []domain.MutationKind) bool {
 }
 
 // submit enqueues the valid mutations and fills in their results.
-func (s *Service) submit(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult) {
+func (s *Service) submit(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef) {
 	batch := make([]domain.Mutation, len(valid))
 	for j, i := range valid {
 		batch[j] = work[i]
@@ -283,8 +333,7 @@ func (s *Service) submit(ctx context.Context, work []domain.Mutation, valid []in
 			err = domain.Errorf(domain.CodeInternal, "queue returned no result for this mutation")
 		}
 		if err != nil {
-			e := domain.AsError(err)
-			results[i] = WriteResult{Status: StatusFailed, Err: e}
+			results[i] = WriteResult{Status: StatusFailed, Err: opError(refs(i), fieldAddress, err)}
 			continue
 		}
 		results[i] = WriteResult{Status: StatusAccepted, MutationID: batch[j].ID}

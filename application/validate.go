@@ -1,7 +1,7 @@
 package application
 
 import (
-	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -9,33 +9,17 @@ import (
 	"github.com/sink-io/sink/ports"
 )
 
-// opRef names an operation in error messages: its position in the client's
-// request, or, on the worker path, the queued mutation's id.
-type opRef string
-
-func opIndex(i int) opRef        { return opRef(fmt.Sprintf("operations[%d]", i)) }
-func opMutation(id string) opRef { return opRef("mutation " + id) }
-
-// invalid returns a per-operation invalid-argument error naming the operation.
-func invalid(ref opRef, kind domain.MutationKind, field, format string, args ...any) *domain.Error {
-	what := "operation"
-	if kind != 0 {
-		what = kind.String()
-	}
-	return domain.Errorf(domain.CodeInvalidArgument, "%s (%s): %s: %s", ref, what, field, fmt.Sprintf(format, args...))
-}
-
 // normalizeAddress fills in the served store and checks every address field.
-func (s *Service) normalizeAddress(ref opRef, kind domain.MutationKind, a *domain.Address) *domain.Error {
+func (s *Service) normalizeAddress(ref opRef, a *domain.Address) *domain.Error {
 	if a.Store == "" {
 		a.Store = s.cfg.Store
 	} else if a.Store != s.cfg.Store {
-		return invalid(ref, kind, "address.store", "store %q is not served by this Sink; it serves %q", a.Store, s.cfg.Store)
+		return invalid(ref, "address.store", "store %s is not served by this Sink; it serves %q", s.quoteName(a.Store), s.cfg.Store)
 	}
-	if err := s.checkName(ref, kind, "address.namespace", a.Namespace); err != nil {
+	if err := s.checkName(ref, "address.namespace", a.Namespace); err != nil {
 		return err
 	}
-	if err := s.checkName(ref, kind, "address.dataset", a.Dataset); err != nil {
+	if err := s.checkName(ref, "address.dataset", a.Dataset); err != nil {
 		return err
 	}
 	k := a.Key
@@ -44,120 +28,133 @@ func (s *Service) normalizeAddress(ref opRef, kind domain.MutationKind, a *domai
 		v := k.StringValue()
 		switch {
 		case v == "":
-			return invalid(ref, kind, "address.key.string", "must not be empty")
+			return invalid(ref, "address.key.string", "must not be empty")
 		case len(v) > s.cfg.Limits.MaxKeyBytes:
-			return invalid(ref, kind, "address.key.string", "is %d bytes; the limit is %d", len(v), s.cfg.Limits.MaxKeyBytes)
+			return invalid(ref, "address.key.string", "is %d bytes; the limit is %d", len(v), s.cfg.Limits.MaxKeyBytes)
 		case !utf8.ValidString(v):
-			return invalid(ref, kind, "address.key.string", "must be valid UTF-8")
+			return invalid(ref, "address.key.string", "must be valid UTF-8")
 		}
 	case domain.KeyBytes:
 		switch n := k.Size(); {
 		case n == 0:
-			return invalid(ref, kind, "address.key.bytes", "must not be empty")
+			return invalid(ref, "address.key.bytes", "must not be empty")
 		case n > s.cfg.Limits.MaxKeyBytes:
-			return invalid(ref, kind, "address.key.bytes", "is %d bytes; the limit is %d", n, s.cfg.Limits.MaxKeyBytes)
+			return invalid(ref, "address.key.bytes", "is %d bytes; the limit is %d", n, s.cfg.Limits.MaxKeyBytes)
 		}
 	case domain.KeyObjectID:
 		if n := k.Size(); n != domain.ObjectIDLength {
-			return invalid(ref, kind, "address.key.object_id", "must be exactly %d bytes, got %d", domain.ObjectIDLength, n)
+			return invalid(ref, "address.key.object_id", "must be exactly %d bytes, got %d", domain.ObjectIDLength, n)
 		}
 	case domain.KeyInt64:
 	default:
-		return invalid(ref, kind, "address.key", "must be set (string, int64, bytes or object_id)")
+		return invalid(ref, "address.key", "must be set (string, int64, bytes or object_id)")
 	}
 	return nil
 }
 
-func (s *Service) checkName(ref opRef, kind domain.MutationKind, field, v string) *domain.Error {
+// quoteName quotes a client-chosen name for an error message, or only
+// gives its length when it is longer than any valid name.
+func (s *Service) quoteName(v string) string {
+	if len(v) > s.cfg.Limits.MaxNameLength {
+		return "of " + strconv.Itoa(len(v)) + " bytes"
+	}
+	return strconv.Quote(v)
+}
+
+func (s *Service) checkName(ref opRef, field, v string) *domain.Error {
 	switch {
 	case v == "":
-		return invalid(ref, kind, field, "must not be empty")
+		return invalid(ref, field, "must not be empty")
 	case len(v) > s.cfg.Limits.MaxNameLength:
-		return invalid(ref, kind, field, "is %d bytes; the limit is %d", len(v), s.cfg.Limits.MaxNameLength)
+		return invalid(ref, field, "is %d bytes; the limit is %d", len(v), s.cfg.Limits.MaxNameLength)
 	case !utf8.ValidString(v):
-		return invalid(ref, kind, field, "must be valid UTF-8")
+		return invalid(ref, field, "must be valid UTF-8")
 	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return invalid(ref, kind, field, "must not contain control characters")
+		return invalid(ref, field, "must not contain control characters")
 	}
 	return nil
 }
 
-func (s *Service) checkDocument(ref opRef, kind domain.MutationKind, field string, d domain.Document) *domain.Error {
+func (s *Service) checkDocument(ref opRef, field string, d domain.Document) *domain.Error {
 	switch {
 	case d.ContentType == "":
-		return invalid(ref, kind, field+".content_type", "must not be empty")
-	case !validContentType(d.ContentType):
-		return invalid(ref, kind, field+".content_type", "%q is not a media type like application/json", d.ContentType)
+		return invalid(ref, field+".content_type", "must not be empty")
+	case len(d.ContentType) > domain.MaxContentTypeLength:
+		// Too long to quote.
+		return invalid(ref, field+".content_type", "is %d bytes; the limit is %d", len(d.ContentType), domain.MaxContentTypeLength)
 	case len(d.Data) > s.cfg.Limits.MaxDocumentBytes:
-		return invalid(ref, kind, field+".data", "is %d bytes; the limit is %d", len(d.Data), s.cfg.Limits.MaxDocumentBytes)
+		return invalid(ref, field+".data", "is %d bytes; the limit is %d", len(d.Data), s.cfg.Limits.MaxDocumentBytes)
+	}
+	if _, err := domain.MediaType(d.ContentType); err != nil {
+		return invalid(ref, field+".content_type", "%q %v", d.ContentType, err)
 	}
 	return nil
-}
-
-func validContentType(ct string) bool {
-	typ, sub, ok := strings.Cut(ct, "/")
-	if !ok || typ == "" || sub == "" || len(ct) > 255 {
-		return false
-	}
-	return !strings.ContainsFunc(ct, func(r rune) bool { return r <= ' ' || r >= 0x7f })
 }
 
 // validateMutation checks one mutation completely (including what storage
 // can hold) and normalizes its address. It performs no I/O.
 func (s *Service) validateMutation(ref opRef, m *domain.Mutation) *domain.Error {
-	if err := s.normalizeAddress(ref, m.Kind, &m.Address); err != nil {
+	if err := s.normalizeAddress(ref, &m.Address); err != nil {
 		return err
 	}
+	return s.checkMutation(ref, m)
+}
+
+// checkMutation checks a mutation whose address is normalized.
+func (s *Service) checkMutation(ref opRef, m *domain.Mutation) *domain.Error {
 	op := ports.WriteOp{Kind: ports.WriteDelete, Address: m.Address}
 	switch m.Kind {
 	case domain.MutationPut:
-		if err := s.checkDocument(ref, m.Kind, "document", m.Document); err != nil {
+		if err := s.checkDocument(ref, "document", m.Document); err != nil {
 			return err
 		}
 		switch m.Mode {
 		case domain.PutUpsert, domain.PutReplace:
 		case domain.PutCreate:
 			if !m.ExpectedRevision.IsZero() {
-				return invalid(ref, m.Kind, "expected_revision", "cannot be combined with mode CREATE: a record that must not exist has no revision")
+				return invalid(ref, "expected_revision", "cannot be combined with mode CREATE: a record that must not exist has no revision")
 			}
 		default:
-			return invalid(ref, m.Kind, "mode", "unknown put mode %d", m.Mode)
+			return invalid(ref, "mode", "unknown put mode %d", m.Mode)
 		}
 		op = ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: m.Document}
 	case domain.MutationMerge:
 		if m.Merge.Profile == "" {
-			return invalid(ref, m.Kind, "profile", "must name a merge profile (known: %s)", s.profileNames())
+			return invalid(ref, "profile", "must name a merge profile (known: %s)", s.profileNames())
 		}
 		p, ok := s.profiles[m.Merge.Profile]
 		if !ok {
-			return invalid(ref, m.Kind, "profile", "unknown merge profile %q (known: %s)", m.Merge.Profile, s.profileNames())
+			return invalid(ref, "profile", "unknown merge profile %s (known: %s)", s.quoteName(m.Merge.Profile), s.profileNames())
 		}
-		if err := s.checkDocument(ref, m.Kind, "intent", m.Merge.Intent); err != nil {
+		if err := s.checkDocument(ref, "intent", m.Merge.Intent); err != nil {
 			return err
 		}
-		if !accepts(p, m.Merge.Intent.ContentType) {
-			return invalid(ref, m.Kind, "intent.content_type", "merge profile %q does not accept %q (accepts %s)", p.Name(), m.Merge.Intent.ContentType, strings.Join(p.ContentTypes(), ", "))
+		if !s.accepts(p, m.Merge.Intent.ContentType) {
+			return invalid(ref, "intent.content_type", "merge profile %q does not accept %q (accepts %s)", p.Name(), m.Merge.Intent.ContentType, strings.Join(p.ContentTypes(), ", "))
 		}
 		if !m.ExpectedRevision.IsZero() {
-			return invalid(ref, m.Kind, "expected_revision", "is not supported on merges: a merge always applies to the latest revision")
+			return invalid(ref, "expected_revision", "is not supported on merges: a merge always applies to the latest revision")
 		}
 	case domain.MutationDelete:
 	default:
-		return invalid(ref, m.Kind, "kind", "unknown operation kind %d", m.Kind)
+		return invalid(ref, "kind", "unknown operation kind %d", m.Kind)
 	}
 	if err := s.storage.Validate(op); err != nil {
-		e := domain.AsError(err)
-		if e.Code != domain.CodeInvalidArgument {
-			return e
-		}
-		return invalid(ref, m.Kind, fmt.Sprintf("store %q", s.cfg.Store), "%s", e.Message)
+		return s.storageRejected(ref, err)
 	}
 	return nil
 }
 
-func accepts(p ports.MergeProfile, contentType string) bool {
-	for _, ct := range p.ContentTypes() {
-		if ct == contentType {
+// storageRejected names the operation in an error of storage.Validate.
+func (s *Service) storageRejected(ref opRef, err error) *domain.Error {
+	return opError(ref, "store "+strconv.Quote(s.cfg.Store), err)
+}
+
+// accepts reports whether the profile declares the media type of
+// contentType (whatever its case and parameters).
+func (s *Service) accepts(p ports.MergeProfile, contentType string) bool {
+	for _, want := range s.mediaTypes[p.Name()] {
+		if domain.IsMediaType(contentType, want) {
 			return true
 		}
 	}

@@ -21,17 +21,23 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 	results := make([]WriteResult, len(muts))
 	work := make([]domain.Mutation, len(muts))
 	copy(work, muts)
-	defer s.observeApplied(work, outcomes, results)
+	valid := make([]bool, len(muts))
+	defer s.observeApplied(work, valid, outcomes, results)
+	refs := func(i int) opRef { return mutationRef(&work[i]) }
+	stopped := func(i int) *domain.Error {
+		return opError(refs(i), fieldAddress, domain.Wrap(domain.CodeCanceled, ctx.Err(), "stopped before the mutation was applied"))
+	}
 	pending := make([]int, 0, len(muts))
 	for i := range work {
-		if err := s.validateMutation(opMutation(work[i].ID), &work[i]); err != nil {
+		if err := s.validateMutation(refs(i), &work[i]); err != nil {
 			outcomes[i] = ports.ApplyOutcome{Err: err, Attempts: 1}
 			continue
 		}
+		valid[i] = true
 		pending = append(pending, i)
 	}
 	for attempt := 1; len(pending) > 0; attempt++ {
-		s.execute(ctx, work, pending, results, true)
+		s.execute(ctx, work, pending, results, refs, true)
 		retry := pending[:0:0]
 		for _, i := range pending {
 			outcomes[i].Attempts = attempt
@@ -40,7 +46,7 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 			case r.Err == nil:
 				outcomes[i].Err = nil
 			case r.Err.Code == domain.CodeCanceled || ctx.Err() != nil:
-				outcomes[i].Err = domain.Wrap(domain.CodeCanceled, ctx.Err(), "stopped before the mutation was applied")
+				outcomes[i].Err = stopped(i)
 			case r.Err.Retryable:
 				retry = append(retry, i)
 			default:
@@ -52,8 +58,7 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 		}
 		if attempt >= s.cfg.Apply.MaxAttempts {
 			for _, i := range retry {
-				outcomes[i].Err = &domain.Error{Code: results[i].Err.Code, Cause: results[i].Err,
-					Message: fmt.Sprintf("retries exhausted after %d attempts: %s", attempt, results[i].Err.Message)}
+				outcomes[i].Err = reworded(refs(i), results[i].Err, false, fmt.Sprintf("retries exhausted after %d attempts", attempt))
 			}
 			break
 		}
@@ -61,7 +66,7 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 		s.obs.ApplyRetry(d)
 		if !sleep(ctx, d) {
 			for _, i := range retry {
-				outcomes[i].Err = domain.Wrap(domain.CodeCanceled, ctx.Err(), "stopped before the mutation was applied")
+				outcomes[i].Err = stopped(i)
 			}
 			break
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code classifies an error so that every layer can act on it the same way:
@@ -80,7 +81,10 @@ type Error struct {
 	Code      Code
 	Message   string
 	Retryable bool
-	Cause     error
+	// RetryAfter, when positive, is how long the caller should wait before
+	// retrying (for example, until a rate limit admits the request).
+	RetryAfter time.Duration
+	Cause      error
 }
 
 func (e *Error) Error() string {

@@ -1,7 +1,9 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,7 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sink-io/sink/adapters/auth"
+	"github.com/sink-io/sink/bootstrap"
+	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -60,7 +65,8 @@ func TestOpsLogsOneLinePerFailureClass(t *testing.T) {
 	}
 	logs := &opsLogBuffer{}
 	s := sinktest.Start(t, map[string]string{"SINK_AUTH_TOKEN_FILE": path, "SINK_LOG_FORMAT": "json"},
-		fx.Decorate(func(*slog.Logger) *slog.Logger { return slog.New(slog.NewJSONHandler(logs, nil)) }))
+		fx.Decorate(func(*slog.Logger) *slog.Logger { return slog.New(slog.NewJSONHandler(logs, nil)) }),
+		bootstrap.MergeProfile(func() quotingProfile { return quotingProfile{} }))
 
 	const reqID = "ops-log-request-1"
 	callCtx := metadata.AppendToOutgoingContext(ctx(t), "authorization", "Bearer "+token, "x-request-id", reqID)
@@ -88,46 +94,88 @@ func TestOpsLogsOneLinePerFailureClass(t *testing.T) {
 	byCode := map[string]map[string]any{}
 	for _, l := range failures {
 		byCode[l["code"].(string)] = l
-		if l["rpc"] != "/sink.v1.Sink/Write" || l["store"] != "primary" {
-			t.Errorf("line without RPC or store: %v", l)
+		if l["rpc"] != "/sink.v1.Sink/Write" || l["first_kind"] != "put" || l["first_message"] != nil {
+			t.Errorf("line without RPC or kind, or with a message: %v", l)
 		}
 	}
+	// An invalid address is not logged; valid ones (also denied) are.
 	for code, want := range map[string]struct {
-		msg, namespace, dataset, fragment string
-		first                             float64
+		msg, store, namespace, dataset, field string
+		first                                 float64
 	}{
-		"INVALID_ARGUMENT":  {"3 operations failed: INVALID_ARGUMENT", "shop", "", "operations[1] (put): address.dataset: must not be empty", 1},
-		"ALREADY_EXISTS":    {"1 operation failed: ALREADY_EXISTS", "shop", "orders", "", 2},
-		"PERMISSION_DENIED": {"1 operation failed: PERMISSION_DENIED", "hr", "salaries", "", 4},
+		"INVALID_ARGUMENT":  {"3 operations failed: INVALID_ARGUMENT", "", "", "", "address.dataset", 1},
+		"ALREADY_EXISTS":    {"1 operation failed: ALREADY_EXISTS", "primary", "shop", "orders", "mode", 2},
+		"PERMISSION_DENIED": {"1 operation failed: PERMISSION_DENIED", "primary", "hr", "salaries", "address", 4},
 	} {
 		l := byCode[code]
-		if l == nil || l["msg"] != want.msg || l["namespace"] != want.namespace || l["dataset"] != want.dataset || l["first_index"] != want.first ||
-			!strings.Contains(l["first_message"].(string), want.fragment) {
+		if l == nil || l["msg"] != want.msg || logString(l["store"]) != want.store || logString(l["namespace"]) != want.namespace || logString(l["dataset"]) != want.dataset ||
+			l["first_index"] != want.first || l["first_field"] != want.field {
 			t.Errorf("%s line: %v, want %+v", code, l, want)
 		}
+	}
+
+	// Errors that quote client data reach the client in full, never the log.
+	const secretReq = "ops-log-request-2"
+	secretCtx := metadata.AppendToOutgoingContext(ctx(t), "authorization", "Bearer "+token, "x-request-id", secretReq)
+	badType := putOp(addr("shop", "orders", "t"), `{}`, sinkv1.PutMode_PUT_MODE_UPSERT, nil)
+	badType.GetPut().Document.ContentType = "application/CLIENT-SECRET-1;;"
+	elsewhere := addr("shop", "orders", "e")
+	elsewhere.Store = "CLIENT-SECRET-2"
+	resp, err = s.Client.Write(secretCtx, &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{
+		mergeOp(addr("shop", "orders", "q"), "quoting", `{"a":{"$date":"CLIENT-SECRET-0"}}`),
+		badType,
+		putOp(elsewhere, `{}`, sinkv1.PutMode_PUT_MODE_UPSERT, nil),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range resp.Results {
+		if want := fmt.Sprintf("CLIENT-SECRET-%d", i); r.GetError() == nil || !strings.Contains(r.GetError().GetMessage(), want) {
+			t.Fatalf("operation %d: the client must get the whole message (with %s): %v", i, want, r.GetError())
+		}
+	}
+	l := logs.lines(t, func(m map[string]any) bool { return m["request_id"] == secretReq })
+	if len(l) != 1 || l[0]["first_kind"] != "merge" || l[0]["first_field"] != "intent" || l[0]["count"] != float64(3) || l[0]["dataset"] != "orders" {
+		t.Fatalf("log of the request: %v", l)
 	}
 
 	// A whole-request failure is logged once, with a generated request id
 	// that the client also gets.
 	var header2 metadata.MD
-	_, err = s.Client.Write(metadata.AppendToOutgoingContext(ctx(t), "authorization", "Bearer "+token+"-wrong"),
-		&sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{putOp(addr("shop", "orders", "x"), secretDoc, sinkv1.PutMode_PUT_MODE_UPSERT, nil)}},
-		grpc.Header(&header2))
-	if status.Code(err) != codes.Unauthenticated {
-		t.Fatalf("wrong token: %v", err)
+	_, err = s.Client.Write(metadata.AppendToOutgoingContext(ctx(t), "authorization", "Bearer "+token),
+		&sinkv1.WriteRequest{}, grpc.Header(&header2))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty request: %v", err)
 	}
 	gen := header2.Get("x-request-id")
 	if len(gen) != 1 || len(gen[0]) != 32 {
 		t.Fatalf("generated x-request-id header %v", gen)
 	}
-	if l := logs.lines(t, func(m map[string]any) bool { return m["request_id"] == gen[0] }); len(l) != 1 || l[0]["code"] != "Unauthenticated" {
+	if l := logs.lines(t, func(m map[string]any) bool { return m["request_id"] == gen[0] }); len(l) != 1 || l[0]["code"] != "InvalidArgument" {
 		t.Fatalf("whole-request failure log: %v\n%s", l, logs.String())
+	}
+	// A wrong token is refused; neither it nor the document is logged.
+	_, err = s.Client.Write(metadata.AppendToOutgoingContext(ctx(t), "authorization", "Bearer "+token+"-wrong"),
+		&sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{putOp(addr("shop", "orders", "x"), secretDoc, sinkv1.PutMode_PUT_MODE_UPSERT, nil)}})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("wrong token: %v", err)
 	}
 
 	all := logs.String()
-	for _, secret := range []string{"DOCUMENT-SECRET", token, "Zm9vYmFyYmF6cXV4"} {
+	for _, secret := range []string{"DOCUMENT-SECRET", token, "Zm9vYmFyYmF6cXV4", "CLIENT-SECRET"} {
 		if strings.Contains(all, secret) {
 			t.Errorf("the log contains %q:\n%s", secret, all)
 		}
 	}
+}
+
+func logString(v any) string { s, _ := v.(string); return s }
+
+// quotingProfile fails like a parser that quotes its input.
+type quotingProfile struct{}
+
+func (quotingProfile) Name() string           { return "quoting" }
+func (quotingProfile) ContentTypes() []string { return []string{domain.ContentTypeJSON} }
+func (quotingProfile) Merge(_ context.Context, in ports.MergeInput) (domain.Document, error) {
+	return domain.Document{}, domain.Errorf(domain.CodeInvalidArgument, "cannot parse %s: invalid date", in.Intent.Data)
 }

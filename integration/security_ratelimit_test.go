@@ -109,3 +109,86 @@ func TestRateLimitRejectsTheExcessAndLosesNothingAdmitted(t *testing.T) {
 		t.Fatal("not a status error")
 	}
 }
+
+// The issue's scenario: a principal that may only read sends writes to 150
+// invented datasets, and operations naming a store that is not served.
+// None of them spends the store's rate budget or takes a dataset label
+// slot: the admin's writes to a real dataset that come after are admitted
+// and counted under their own labels.
+func TestRateLimitAndLabelsCountOnlyValidAuthorizedOperations(t *testing.T) {
+	const readerToken, adminToken = "sink_reader-token-for-tests", "sink_admin-token-for-tests"
+	path := newAuthFile(t,
+		principalSpec{name: "reader", token: readerToken, grants: `[{"namespace":"shop","dataset":"orders","rights":["read"]}]`},
+		principalSpec{name: "admin", token: adminToken, grants: `[{"rights":["read","write","delete"]}]`})
+	const burst = 200
+	s := sinktest.Start(t, map[string]string{
+		"SINK_AUTH_TOKEN_FILE":      path,
+		"SINK_RATE_LIMIT_OPS":       "1",
+		"SINK_RATE_LIMIT_OPS_BURST": fmt.Sprint(burst),
+		"SINK_MAX_OPERATIONS":       fmt.Sprint(burst),
+		"SINK_METRICS_MAX_DATASETS": "100",
+	})
+	if s.HTTPAddr == "" {
+		t.Fatal("no metrics endpoint")
+	}
+	const rejectedStore = "rejected-store-name"
+	for round := 0; round < 3; round++ {
+		var ops []*sinkv1.WriteOperation
+		for i := 0; i < 150; i++ {
+			ops = append(ops, putOp(addr("invented", fmt.Sprintf("invented-%03d", i), "k"), `{}`, sinkv1.PutMode_PUT_MODE_UPSERT, nil))
+		}
+		elsewhere := addr("shop", "orders", "k")
+		elsewhere.Store = rejectedStore
+		ops = append(ops, putOp(elsewhere, `{}`, sinkv1.PutMode_PUT_MODE_UPSERT, nil))
+		resp, err := s.Client.Write(withToken(t, readerToken), &sinkv1.WriteRequest{Operations: ops})
+		if err != nil {
+			t.Fatalf("round %d: denied operations spent the rate budget: %v", round, err)
+		}
+		for i, r := range resp.Results[:150] {
+			expectFailure(t, fmt.Sprint("denied write ", i), r.Status, r.Error, failedStatus, uint32(codes.PermissionDenied), `principal "reader"`)
+		}
+		expectFailure(t, "other store", resp.Results[150].Status, resp.Results[150].Error, failedStatus, uint32(codes.InvalidArgument), rejectedStore)
+		// Reads of another store cost nothing either.
+		bad := addr("shop", "orders", "k")
+		bad.Store = rejectedStore
+		if _, err := s.Client.Read(withToken(t, readerToken), &sinkv1.ReadRequest{Operations: []*sinkv1.ReadOperation{{Address: bad}}}); err != nil {
+			t.Fatalf("round %d: read of another store: %v", round, err)
+		}
+	}
+
+	// The admin's burst is whole.
+	var ops []*sinkv1.WriteOperation
+	for i := 0; i < burst; i++ {
+		ops = append(ops, putOp(addr("shop", "real", fmt.Sprint(i)), `{}`, sinkv1.PutMode_PUT_MODE_UPSERT, nil))
+	}
+	resp, err := s.Client.Write(withToken(t, adminToken), &sinkv1.WriteRequest{Operations: ops})
+	if err != nil {
+		t.Fatalf("the admin's writes were not admitted: %v", err)
+	}
+	for i, r := range resp.Results {
+		expectApplied(t, fmt.Sprint("admin write ", i), r)
+	}
+	// ...and the store's budget is now spent, by valid operations only.
+	_, err = s.Client.Write(withToken(t, adminToken), &sinkv1.WriteRequest{Operations: ops[:5]})
+	expectCode(t, "over the budget", err, codes.ResourceExhausted)
+
+	m := opsScrape(t, s.HTTPAddr)
+	real := map[string]string{"store": "primary", "namespace": "shop", "dataset": "real", "kind": "put", "status": "applied"}
+	if got := m.value("sink_operations_total", real); got != burst {
+		t.Fatalf("the real dataset counts %v, want %d; series: %v", got, burst, m.series("sink_operations_total"))
+	}
+	if got := m.value("sink_metrics_datasets_overflow_total", nil); got != 0 {
+		t.Fatalf("overflow %v: rejected operations took dataset slots", got)
+	}
+	denied := map[string]string{"store": "primary", "namespace": "", "dataset": "", "kind": "put", "code": "PERMISSION_DENIED"}
+	if got := m.value("sink_operations_total", denied); got != 3*150 {
+		t.Fatalf("denied operations counted %v, want %d without their datasets", got, 3*150)
+	}
+	for name := range m {
+		for _, series := range m.series(name) {
+			if strings.Contains(series, "invented") || strings.Contains(series, rejectedStore) {
+				t.Fatalf("a rejected name became a label: %s%s", name, series)
+			}
+		}
+	}
+}

@@ -54,8 +54,11 @@ const (
 // adapters must cap the number of distinct datasets they keep).
 type OperationOutcome struct {
 	Source OperationSource
-	// Dataset is the addressed store/namespace/dataset, as the client sent
-	// it (the store filled in when it was empty).
+	// Dataset is the addressed store/namespace/dataset of an operation that
+	// passed validation and authorization: its store is the served one and
+	// its names are valid. It is the zero DatasetRef for operations rejected
+	// before (invalid, denied, or for another store), whose names must not
+	// take any of the capped label slots.
 	Dataset domain.DatasetRef
 	// Kind is "read", "put", "merge" or "delete".
 	Kind string

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -42,7 +44,11 @@ type RPCObserver interface {
 //   - logs whole-request failures (status errors) with the request id: at
 //     error level for codes that point at Sink itself (Internal, Unknown,
 //     DataLoss), warning for Unavailable and DeadlineExceeded, info for the
-//     rest (the client's doing, including rate limiting).
+//     rest (the client's doing, including rate limiting). Whole-request
+//     messages are Sink's own (limits, credentials, rate limits; never a
+//     document or a per-operation error, which the application logs
+//     without its message); they are logged valid UTF-8 and at most
+//     MaxLoggedMessageLength bytes long.
 func UnaryInterceptor(obs RPCObserver, log *slog.Logger) grpc.UnaryServerInterceptor {
 	if log == nil {
 		log = slog.Default()
@@ -70,12 +76,28 @@ func UnaryInterceptor(obs RPCObserver, log *slog.Logger) grpc.UnaryServerInterce
 				slog.String("request_id", id),
 				slog.String("rpc", info.FullMethod),
 				slog.String("code", code.String()),
-				slog.String("message", status.Convert(err).Message()),
+				slog.String("message", loggedMessage(status.Convert(err).Message())),
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 			)
 		}
 		return resp, err
 	}
+}
+
+// MaxLoggedMessageLength bounds the whole-request error message logged.
+const MaxLoggedMessageLength = 512
+
+// loggedMessage returns msg as valid UTF-8 of at most MaxLoggedMessageLength bytes.
+func loggedMessage(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	if len(msg) <= MaxLoggedMessageLength {
+		return msg
+	}
+	cut := MaxLoggedMessageLength
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }
 
 // requestID returns the client's usable x-request-id, or a new one.

@@ -135,3 +135,25 @@ func TestInterceptorLogsAndCountsWholeRequestFailures(t *testing.T) {
 		t.Fatalf("a successful request must not be logged: %s", buf.String())
 	}
 }
+
+// Whole-request messages are logged bounded and valid UTF-8; the client
+// gets them whole.
+func TestInterceptorBoundsLoggedMessages(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	long := "bad \xff " + strings.Repeat("é", 2000)
+	_, err := call(t, nil, log, nil, func(context.Context, any) (any, error) {
+		return nil, status.Error(codes.InvalidArgument, long)
+	})
+	if status.Convert(err).Message() != long {
+		t.Fatal("the client must get the whole message")
+	}
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	msg, _ := line["message"].(string)
+	if len(msg) > MaxLoggedMessageLength+len("…") || !strings.HasPrefix(msg, "bad \uFFFD é") || !strings.HasSuffix(msg, "é…") {
+		t.Fatalf("logged message of %d bytes: %q", len(msg), msg)
+	}
+}

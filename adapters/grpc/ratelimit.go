@@ -3,50 +3,71 @@ package sinkgrpc
 import (
 	"context"
 	"fmt"
-	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
 )
 
-// RateLimit bounds the work one store accepts. Zero rates are unlimited.
+var _ ports.Admission = (*RateLimiter)(nil)
+
+// RateLimit bounds the work one store, and each principal, may have done.
+// Zero rates are unlimited.
 type RateLimit struct {
-	// OpsPerSecond and OpsBurst bound operations (one per read, put, merge
-	// or delete of a request).
+	// OpsPerSecond and OpsBurst bound the operations of the store (one per
+	// admitted read, put, merge or delete of a request).
 	OpsPerSecond float64
 	OpsBurst     int
-	// BytesPerSecond and BytesBurst bound request bytes (the encoded size
-	// of the request message).
+	// BytesPerSecond and BytesBurst bound the bytes of the store (keys,
+	// documents and intents of the admitted operations).
 	BytesPerSecond float64
 	BytesBurst     int
+	// PrincipalOpsPerSecond and PrincipalOpsBurst bound the operations of
+	// each authenticated principal, so that one caller cannot spend the
+	// store's whole budget. Requests without a principal (authentication
+	// disabled) are bounded by the store's budget only.
+	PrincipalOpsPerSecond float64
+	PrincipalOpsBurst     int
 }
 
 // Enabled reports whether any limit is set.
-func (l RateLimit) Enabled() bool { return l.OpsPerSecond > 0 || l.BytesPerSecond > 0 }
+func (l RateLimit) Enabled() bool {
+	return l.OpsPerSecond > 0 || l.BytesPerSecond > 0 || l.PrincipalOpsPerSecond > 0
+}
 
-// RateLimiter admits or rejects whole Sink API requests against token
-// buckets of the served store. It never delays a request: one that would
-// have to wait is rejected at once with RESOURCE_EXHAUSTED and a
-// google.rpc.RetryInfo detail saying when to retry, so that admitted work
-// keeps its order and nothing half-admitted is ever executed.
+// MaxPrincipalBuckets bounds the per-principal buckets kept at once.
+// Principals come from the authorization file, so there are normally far
+// fewer; beyond it, the principals without a bucket of their own share one.
+const MaxPrincipalBuckets = 10000
+
+// RateLimiter implements ports.Admission with token buckets: one for the
+// operations and one for the bytes of the served store, and one for the
+// operations of each principal. The application asks it once per request,
+// after validation and authorization, with the request's valid and
+// authorized operations only, so that invalid and denied operations spend
+// nobody's budget. It never delays a request: one that would have to wait
+// is rejected at once with RESOURCE_EXHAUSTED and a google.rpc.RetryInfo
+// detail saying when to retry, so that admitted work keeps its order and
+// nothing half-admitted is ever executed.
 type RateLimiter struct {
 	store string
+	limit RateLimit
 	ops   *rate.Limiter // nil: unlimited
 	bytes *rate.Limiter
 	now   func() time.Time
+
+	mu         sync.Mutex
+	principals map[string]*rate.Limiter
+	shared     *rate.Limiter // principals beyond MaxPrincipalBuckets
+	maxBuckets int
 }
 
 // NewRateLimiter returns the limiter of the given store.
 func NewRateLimiter(store string, l RateLimit) *RateLimiter {
-	r := &RateLimiter{store: store, now: time.Now}
+	r := &RateLimiter{store: store, limit: l, now: time.Now, principals: map[string]*rate.Limiter{}, maxBuckets: MaxPrincipalBuckets}
 	if l.OpsPerSecond > 0 {
 		r.ops = rate.NewLimiter(rate.Limit(l.OpsPerSecond), l.OpsBurst)
 	}
@@ -56,45 +77,48 @@ func NewRateLimiter(store string, l RateLimit) *RateLimiter {
 	return r
 }
 
-// ServerOptions returns the unary interceptor.
-func (r *RateLimiter) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(r.Unary)}
+// Admit implements ports.Admission.
+func (r *RateLimiter) Admit(_ context.Context, req ports.AdmissionRequest) error {
+	return r.admit(req.Principal, req.Operations, req.Bytes)
 }
 
-// Unary is the unary server interceptor; it limits the Sink service only.
-func (r *RateLimiter) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !strings.HasPrefix(info.FullMethod, "/"+ServiceName+"/") {
-		return handler(ctx, req)
+// principal returns the bucket of a principal (nil: unlimited).
+func (r *RateLimiter) principal(name string, now time.Time) *rate.Limiter {
+	if name == "" || r.limit.PrincipalOpsPerSecond <= 0 {
+		return nil
 	}
-	if err := r.Admit(operationCount(req), requestBytes(req)); err != nil {
-		return nil, err
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b, ok := r.principals[name]; ok {
+		return b
 	}
-	return handler(ctx, req)
+	if len(r.principals) >= r.maxBuckets {
+		// A full bucket is the same as a new one: dropping those loses nothing.
+		for n, b := range r.principals {
+			if b.TokensAt(now) >= float64(b.Burst()) {
+				delete(r.principals, n)
+			}
+		}
+	}
+	if len(r.principals) >= r.maxBuckets {
+		if r.shared == nil {
+			r.shared = r.newPrincipalBucket()
+		}
+		return r.shared
+	}
+	b := r.newPrincipalBucket()
+	r.principals[name] = b
+	return b
 }
 
-func operationCount(req any) int {
-	switch r := req.(type) {
-	case *sinkv1.ReadRequest:
-		return len(r.GetOperations())
-	case *sinkv1.WriteRequest:
-		return len(r.GetOperations())
-	case *sinkv1.DeleteRequest:
-		return len(r.GetOperations())
-	}
-	return 1
+func (r *RateLimiter) newPrincipalBucket() *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(r.limit.PrincipalOpsPerSecond), r.limit.PrincipalOpsBurst)
 }
 
-func requestBytes(req any) int {
-	if m, ok := req.(proto.Message); ok {
-		return proto.Size(m)
-	}
-	return 0
-}
-
-// Admit takes ops operations and n bytes from the buckets, or nothing: it
-// returns a RESOURCE_EXHAUSTED status error when either bucket cannot
-// supply them now.
-func (r *RateLimiter) Admit(ops, n int) error {
+// admit takes ops operations and n bytes from the buckets, or nothing: it
+// returns a RESOURCE_EXHAUSTED status error when any bucket cannot supply
+// them now.
+func (r *RateLimiter) admit(principal string, ops, n int) error {
 	now := r.now()
 	var taken []*rate.Reservation
 	release := func() {
@@ -102,26 +126,32 @@ func (r *RateLimiter) Admit(ops, n int) error {
 			t.CancelAt(now)
 		}
 	}
+	whose := fmt.Sprintf("of principal %q", principal)
 	for _, b := range []struct {
-		lim  *rate.Limiter
-		n    int
-		unit string
-	}{{r.ops, ops, "operations"}, {r.bytes, n, "bytes"}} {
+		lim   *rate.Limiter
+		n     int
+		unit  string
+		whose string
+	}{
+		{r.principal(principal, now), ops, "operations", whose},
+		{r.ops, ops, "operations", fmt.Sprintf("of store %q", r.store)},
+		{r.bytes, n, "bytes", fmt.Sprintf("of store %q", r.store)},
+	} {
 		if b.lim == nil || b.n == 0 {
 			continue
 		}
 		res := b.lim.ReserveN(now, b.n)
 		if !res.OK() {
 			release()
-			return status.Errorf(codes.ResourceExhausted,
-				"rate limit of store %q: the request needs %d %s but at most %d can ever be admitted at once (the burst); split it into smaller requests",
-				r.store, b.n, b.unit, b.lim.Burst())
+			return domain.Errorf(domain.CodeResourceExhausted,
+				"rate limit %s: the request needs %d %s but at most %d can ever be admitted at once (the burst); split it into smaller requests",
+				b.whose, b.n, b.unit, b.lim.Burst())
 		}
 		taken = append(taken, res)
 		if d := res.DelayFrom(now); d > 0 {
 			release()
-			return retryLater(fmt.Sprintf("rate limit of store %q exceeded (%g %s/s): the request needs %d %s; retry after %s",
-				r.store, float64(b.lim.Limit()), b.unit, b.n, b.unit, roundUp(d)), d)
+			return retryLater(fmt.Sprintf("rate limit %s exceeded (%g %s/s): the request needs %d %s; retry after %s",
+				b.whose, float64(b.lim.Limit()), b.unit, b.n, b.unit, roundUp(d)), d)
 		}
 	}
 	return nil
@@ -131,11 +161,8 @@ func roundUp(d time.Duration) time.Duration {
 	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
-// retryLater returns RESOURCE_EXHAUSTED with a google.rpc.RetryInfo detail.
+// retryLater returns a retryable RESOURCE_EXHAUSTED error that asks the
+// caller to wait d (StatusError turns it into a google.rpc.RetryInfo detail).
 func retryLater(msg string, d time.Duration) error {
-	st := status.New(codes.ResourceExhausted, msg)
-	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(roundUp(d))}); err == nil {
-		st = withInfo
-	}
-	return st.Err()
+	return &domain.Error{Code: domain.CodeResourceExhausted, Message: msg, Retryable: true, RetryAfter: roundUp(d)}
 }

@@ -4,7 +4,8 @@
 // Prometheus exposition format through client_golang's promhttp.
 //
 // Every metric is named sink_* and carries bounded labels only: store,
-// namespace and dataset (capped, see Options.MaxDatasets), operation kind,
+// namespace and dataset (capped, see Options.MaxDatasets; only operations
+// that passed validation and authorization name theirs), operation kind,
 // status, error code, completion mode, RPC method and code, merge profile,
 // dead-letter reason, topic and partition. Record keys and documents never
 // become labels.
@@ -256,7 +257,7 @@ func (m *Metrics) Operations(outcomes []ports.OperationOutcome) {
 	overflow := 0
 	for _, g := range groups {
 		o := g.o
-		d, ok := m.datasets.dataset(o.Dataset)
+		d, ok := m.datasetLabels(o.Dataset)
 		if !ok {
 			overflow += g.n
 		}
@@ -269,6 +270,18 @@ func (m *Metrics) Operations(outcomes []ports.OperationOutcome) {
 	if overflow > 0 {
 		m.overflow.Add(float64(overflow))
 	}
+}
+
+// datasetLabels returns the store, namespace and dataset labels of an
+// outcome and whether it has labels of its own. Operations rejected before
+// validation and authorization passed (zero DatasetRef) are counted under
+// the served store with empty namespace and dataset and take no slot of
+// the cap: their names are whatever the client sent.
+func (m *Metrics) datasetLabels(d domain.DatasetRef) (domain.DatasetRef, bool) {
+	if d == (domain.DatasetRef{}) {
+		return domain.DatasetRef{Store: m.store}, true
+	}
+	return m.datasets.dataset(d)
 }
 
 // WorkerLag implements ports.Observer.

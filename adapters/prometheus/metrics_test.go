@@ -66,6 +66,27 @@ func TestDatasetLabelsAreCapped(t *testing.T) {
 	}
 }
 
+// Rejected operations (no dataset) are counted under the served store
+// and take none of the capped dataset slots.
+func TestRejectedOperationsTakeNoDatasetSlot(t *testing.T) {
+	m := New(Options{Store: "primary", MaxDatasets: 1})
+	rejected := ports.OperationOutcome{Kind: "put", Completion: "wait_until_applied", Status: "failed", Code: "PERMISSION_DENIED"}
+	m.Operations([]ports.OperationOutcome{rejected, rejected, {Source: ports.SourceWorker, Kind: "merge", Status: "failed", Code: "INVALID_ARGUMENT"}})
+	m.Operations([]ports.OperationOutcome{{Dataset: ds("shop", "orders"), Kind: "read", Status: "found"}})
+	if got := testutil.ToFloat64(m.operations.WithLabelValues("primary", "shop", "orders", "read", "", "found", "")); got != 1 {
+		t.Fatalf("the real dataset = %v, want 1 (it must still get its own labels)", got)
+	}
+	if got := testutil.ToFloat64(m.operations.WithLabelValues("primary", "", "", "put", "wait_until_applied", "failed", "PERMISSION_DENIED")); got != 2 {
+		t.Fatalf("rejected = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.applied.WithLabelValues("primary", "", "", "merge", "failed", "INVALID_ARGUMENT")); got != 1 {
+		t.Fatalf("rejected worker mutation = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.overflow); got != 0 {
+		t.Fatalf("overflow = %v", got)
+	}
+}
+
 func TestNamesThatCannotBeLabelsAreReplaced(t *testing.T) {
 	m := New(Options{Store: "primary"})
 	m.Operations([]ports.OperationOutcome{
