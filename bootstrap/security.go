@@ -40,12 +40,15 @@ type AuthConfig struct {
 // Enabled reports whether calls must authenticate.
 func (a AuthConfig) Enabled() bool { return a.TokenFile != "" }
 
-// RateLimitConfig bounds the work the served store accepts.
+// RateLimitConfig bounds the work the served store, and each principal,
+// accepts. Only operations that passed validation and authorization count.
 type RateLimitConfig struct {
-	Ops        int `env:"SINK_RATE_LIMIT_OPS" envDefault:"0" desc:"Operations per second the store admits (reads, puts, merges and deletes; 0 = unlimited). A request that does not fit is rejected whole with RESOURCE_EXHAUSTED and a retry delay."`
-	OpsBurst   int `env:"SINK_RATE_LIMIT_OPS_BURST" envDefault:"0" desc:"Operations admitted at once above the rate (0 = the larger of SINK_RATE_LIMIT_OPS and SINK_MAX_OPERATIONS; must not be below SINK_MAX_OPERATIONS)."`
-	Bytes      int `env:"SINK_RATE_LIMIT_BYTES" envDefault:"0" desc:"Request bytes per second the store admits (encoded request size; 0 = unlimited)."`
-	BytesBurst int `env:"SINK_RATE_LIMIT_BYTES_BURST" envDefault:"0" desc:"Request bytes admitted at once above the rate (0 = the larger of SINK_RATE_LIMIT_BYTES and SINK_MAX_REQUEST_BYTES plus 1 MiB; must not be below SINK_MAX_REQUEST_BYTES)."`
+	Ops               int `env:"SINK_RATE_LIMIT_OPS" envDefault:"0" desc:"Operations per second the store admits (reads, puts, merges and deletes that passed validation and authorization; invalid and denied ones cost nothing; 0 = unlimited). A request that does not fit is rejected whole with RESOURCE_EXHAUSTED and a retry delay."`
+	OpsBurst          int `env:"SINK_RATE_LIMIT_OPS_BURST" envDefault:"0" desc:"Operations admitted at once above the rate (0 = the larger of SINK_RATE_LIMIT_OPS and SINK_MAX_OPERATIONS; must not be below SINK_MAX_OPERATIONS)."`
+	Bytes             int `env:"SINK_RATE_LIMIT_BYTES" envDefault:"0" desc:"Bytes per second the store admits: keys, documents and intents of the operations that passed validation and authorization (0 = unlimited)."`
+	BytesBurst        int `env:"SINK_RATE_LIMIT_BYTES_BURST" envDefault:"0" desc:"Bytes admitted at once above the rate (0 = the larger of SINK_RATE_LIMIT_BYTES and SINK_MAX_REQUEST_BYTES plus 1 MiB; must not be below SINK_MAX_REQUEST_BYTES)."`
+	PrincipalOps      int `env:"SINK_RATE_LIMIT_PRINCIPAL_OPS" envDefault:"0" desc:"Operations per second each authenticated principal may have admitted, beside the store's limit, so that one caller cannot spend the whole store's budget (0 = unlimited; needs SINK_AUTH_TOKEN_FILE to have principals)."`
+	PrincipalOpsBurst int `env:"SINK_RATE_LIMIT_PRINCIPAL_OPS_BURST" envDefault:"0" desc:"Operations one principal may have admitted at once above its rate (0 = the larger of SINK_RATE_LIMIT_PRINCIPAL_OPS and SINK_MAX_OPERATIONS; must not be below SINK_MAX_OPERATIONS)."`
 }
 
 // Secret is a setting that must never be printed: fmt, slog and JSON show
@@ -123,6 +126,7 @@ func (c Config) validateSecurity(unparsed map[string]bool) error {
 	}{
 		{r.Ops, r.OpsBurst, "SINK_RATE_LIMIT_OPS", "SINK_RATE_LIMIT_OPS_BURST", c.MaxOperations, "SINK_MAX_OPERATIONS", "operations"},
 		{r.Bytes, r.BytesBurst, "SINK_RATE_LIMIT_BYTES", "SINK_RATE_LIMIT_BYTES_BURST", c.MaxRequestBytes, "SINK_MAX_REQUEST_BYTES", "bytes"},
+		{r.PrincipalOps, r.PrincipalOpsBurst, "SINK_RATE_LIMIT_PRINCIPAL_OPS", "SINK_RATE_LIMIT_PRINCIPAL_OPS_BURST", c.MaxOperations, "SINK_MAX_OPERATIONS", "operations"},
 	} {
 		if x.rate < 0 {
 			add("%s must not be negative (0 = unlimited), got %d", x.rateName, x.rate)
@@ -136,6 +140,9 @@ func (c Config) validateSecurity(unparsed map[string]bool) error {
 			add("%s (%d) must not be below %s (%d): the largest requests could never be admitted", x.burstName, x.burst, x.largestName, x.largest)
 		}
 	}
+	if err := c.GRPC.validate(unparsed); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.Kafka.Security.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -145,9 +152,13 @@ func (c Config) validateSecurity(unparsed map[string]bool) error {
 // RateLimit returns the gRPC adapter's rate limits with the default bursts.
 func (c Config) rateLimit() sinkgrpc.RateLimit {
 	r := c.RateLimit
-	l := sinkgrpc.RateLimit{OpsPerSecond: float64(r.Ops), OpsBurst: r.OpsBurst, BytesPerSecond: float64(r.Bytes), BytesBurst: r.BytesBurst}
+	l := sinkgrpc.RateLimit{OpsPerSecond: float64(r.Ops), OpsBurst: r.OpsBurst, BytesPerSecond: float64(r.Bytes), BytesBurst: r.BytesBurst,
+		PrincipalOpsPerSecond: float64(r.PrincipalOps), PrincipalOpsBurst: r.PrincipalOpsBurst}
 	if l.OpsBurst == 0 {
 		l.OpsBurst = max(r.Ops, c.MaxOperations)
+	}
+	if l.PrincipalOpsBurst == 0 {
+		l.PrincipalOpsBurst = max(r.PrincipalOps, c.MaxOperations)
 	}
 	if l.BytesBurst == 0 {
 		l.BytesBurst = max(r.Bytes, c.MaxRequestBytes+1<<20)
@@ -227,7 +238,8 @@ func (k *keyPairReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 }
 
 // GRPCServerOptions are the gRPC server options of the security settings:
-// TLS credentials, then the authentication and rate-limit interceptors.
+// TLS credentials, then the authentication interceptors. (Rate limits are
+// applied by the application, see ApplicationModule.)
 type GRPCServerOptions struct {
 	Options []grpc.ServerOption
 }
@@ -254,9 +266,8 @@ func securityProviders() fx.Option {
 		} else if tlsCfg == nil {
 			log.Warn("the gRPC API serves plaintext without authentication (SINK_TLS_CERT_FILE and SINK_AUTH_TOKEN_FILE are not set); expose it only to trusted networks")
 		}
-		if rl := cfg.rateLimit(); rl.Enabled() {
-			out.Options = append(out.Options, sinkgrpc.NewRateLimiter(cfg.Store, rl).ServerOptions()...)
-		}
+		// Rate limits are not an interceptor: the application asks the
+		// limiter after validation and authorization (ApplicationModule).
 		return out, nil
 	})
 }

@@ -203,3 +203,49 @@ func TestHashTokenCommand(t *testing.T) {
 		t.Fatalf("empty input: exit %d, want 2", code)
 	}
 }
+
+func TestGRPCLimitsAreValidatedAtOnce(t *testing.T) {
+	cfg, err := LoadConfig(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := cfg.GRPC; g.MaxConcurrentStreams != 100 || g.MaxHealthWatchers != 1000 || g.MaxConnectionIdle != 5*time.Minute ||
+		g.MaxConnectionAge != 30*time.Minute || g.MaxConnectionAgeGrace != time.Minute || g.KeepaliveMinTime != 10*time.Second || g.HandshakeTimeout != 10*time.Second {
+		t.Fatalf("defaults: %+v", g)
+	}
+	if len(cfg.GRPC.serverOptions()) != 4 {
+		t.Fatal("every limit must become a server option")
+	}
+	_, err = LoadConfig(map[string]string{
+		"SINK_GRPC_MAX_CONCURRENT_STREAMS":   "0",
+		"SINK_GRPC_MAX_HEALTH_WATCHERS":      "-1",
+		"SINK_GRPC_MAX_CONNECTION_IDLE":      "-1s",
+		"SINK_GRPC_MAX_CONNECTION_AGE":       "-1m",
+		"SINK_GRPC_MAX_CONNECTION_AGE_GRACE": "soon",
+		"SINK_GRPC_KEEPALIVE_MIN_TIME":       "0s",
+		"SINK_GRPC_HANDSHAKE_TIMEOUT":        "-5s",
+	})
+	if err == nil {
+		t.Fatal("invalid gRPC limits accepted")
+	}
+	for _, want := range []string{
+		"SINK_GRPC_MAX_CONCURRENT_STREAMS must be positive, got 0",
+		"SINK_GRPC_MAX_HEALTH_WATCHERS must be positive, got -1",
+		"SINK_GRPC_MAX_CONNECTION_IDLE must not be negative (0 = never), got -1s",
+		"SINK_GRPC_MAX_CONNECTION_AGE must not be negative (0 = never), got -1m0s",
+		`SINK_GRPC_MAX_CONNECTION_AGE_GRACE="soon" is not a valid duration`,
+		"SINK_GRPC_KEEPALIVE_MIN_TIME must be positive, got 0s",
+		"SINK_GRPC_HANDSHAKE_TIMEOUT must be positive, got -5s",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing problem %q in:\n%v", want, err)
+		}
+	}
+	if strings.Count(err.Error(), "SINK_GRPC_MAX_CONNECTION_AGE_GRACE") != 1 {
+		t.Errorf("an unparsable setting must be reported once:\n%v", err)
+	}
+	// 0 = never is accepted.
+	if _, err := LoadConfig(map[string]string{"SINK_GRPC_MAX_CONNECTION_IDLE": "0", "SINK_GRPC_MAX_CONNECTION_AGE": "0"}); err != nil {
+		t.Fatalf("0 = never: %v", err)
+	}
+}

@@ -183,7 +183,7 @@ func TestMutualTLSIdentityIsAPrincipal(t *testing.T) {
 	ca := testcerts.NewCA(t, "ca")
 	srv := ca.Server(t, "sink")
 	file := newAuthFile(t,
-		principalSpec{name: "billing", certs: []string{"billing.internal"}, grants: `[{"namespace":"billing","rights":["read","write"]}]`},
+		principalSpec{name: "billing", certs: []string{"dns:billing.internal"}, grants: `[{"namespace":"billing","rights":["read","write"]}]`},
 		principalSpec{name: "admin", token: adminToken, grants: `[{"rights":["read","write","delete"]}]`},
 	)
 	s := sinktest.Start(t, map[string]string{

@@ -17,10 +17,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
@@ -57,9 +59,10 @@ type FilePrincipal struct {
 	// TokenHashes are HashToken outputs of the principal's bearer tokens
 	// (several allow rotation without downtime).
 	TokenHashes []string `json:"token_hashes,omitempty"`
-	// CertificateIdentities are client-certificate names (subject CN, or a
-	// DNS, URI or e-mail SAN) that authenticate as this principal under
-	// mutual TLS.
+	// CertificateIdentities are typed client-certificate identities that
+	// authenticate as this principal under mutual TLS: "uri:<URI SAN>",
+	// "dns:<DNS SAN>", "email:<e-mail SAN>" or "cn:<subject common name>".
+	// An identity matches only a certificate name of its type.
 	CertificateIdentities []string    `json:"certificate_identities,omitempty"`
 	Grants                []FileGrant `json:"grants"`
 }
@@ -127,9 +130,10 @@ func parse(data []byte) (*table, error) {
 			}
 			t.byToken[sum] = p
 		}
-		for j, id := range fp.CertificateIdentities {
-			if id == "" {
-				add("%s: certificate_identities[%d] must not be empty", where, j)
+		for j, raw := range fp.CertificateIdentities {
+			id, err := parseIdentity(raw)
+			if err != nil {
+				add("%s: certificate_identities[%d]: %v", where, j, err)
 				continue
 			}
 			if other, dup := t.byIdentity[id]; dup {
@@ -158,6 +162,51 @@ func parse(data []byte) (*table, error) {
 		return nil, fmt.Errorf("invalid authorization file:\n%w", err)
 	}
 	return t, nil
+}
+
+// Identity types of certificate_identities, in precedence order: when a
+// certificate carries several identities declared in the file, the first
+// one in this order (and, within a type, in certificate order) decides.
+var identityTypes = []string{"uri", "dns", "email", "cn"}
+
+// maxIdentityBytes bounds one certificate identity.
+const maxIdentityBytes = 1024
+
+// parseIdentity checks a typed identity of the file and returns its lookup
+// key ("type:value"; DNS names in lower case, without a trailing dot).
+func parseIdentity(raw string) (string, error) {
+	if raw == "" {
+		return "", errors.New("must not be empty")
+	}
+	if len(raw) > maxIdentityBytes || !utf8.ValidString(raw) {
+		return "", fmt.Errorf("must be valid UTF-8 of at most %d bytes", maxIdentityBytes)
+	}
+	typ, value, ok := strings.Cut(raw, ":")
+	if !ok || !slices.Contains(identityTypes, typ) {
+		var example string
+		switch {
+		case strings.Contains(raw, "://"):
+			example = fmt.Sprintf("%q for a URI SAN", "uri:"+raw)
+		case strings.Contains(raw, "@"):
+			example = fmt.Sprintf("%q for an e-mail SAN", "email:"+raw)
+		default:
+			example = fmt.Sprintf("%q for a DNS SAN or %q for the subject common name", "dns:"+raw, "cn:"+raw)
+		}
+		return "", fmt.Errorf("%q has no type: write %s (types: uri, dns, email, cn; untyped identities are refused because a common name could pass for a DNS name)", raw, example)
+	}
+	if value == "" {
+		return "", fmt.Errorf("%q has an empty %s value", raw, typ)
+	}
+	return identityKey(typ, value), nil
+}
+
+// identityKey normalises a typed identity: DNS names compare case-
+// insensitively and without a trailing dot; the other types exactly.
+func identityKey(typ, value string) string {
+	if typ == "dns" {
+		value = strings.TrimSuffix(strings.ToLower(value), ".")
+	}
+	return typ + ":" + value
 }
 
 func orAll(pattern string) string {
@@ -189,6 +238,7 @@ type Authenticator struct {
 
 	mu      sync.Mutex // serializes reloads
 	loaded  [sha256.Size]byte
+	mode    os.FileMode // of the loaded version
 	reloads atomic.Uint64
 }
 
@@ -214,7 +264,12 @@ func (a *Authenticator) Reload() (bool, error) {
 		return false, fmt.Errorf("cannot read the authorization file: %w", err)
 	}
 	sum := sha256.Sum256(data)
+	mode := fileMode(a.path)
 	if a.current.Load() != nil && sum == a.loaded {
+		if mode != a.mode {
+			a.mode = mode
+			a.warnIfWritable()
+		}
 		return false, nil
 	}
 	t, err := parse(data)
@@ -223,11 +278,38 @@ func (a *Authenticator) Reload() (bool, error) {
 	}
 	a.current.Store(t)
 	a.loaded = sum
+	a.mode = mode
 	a.reloads.Add(1)
 	if a.log != nil {
 		a.log.Info("loaded the authorization file", "path", a.path, "principals", t.principals)
 	}
+	a.warnIfWritable()
 	return true, nil
+}
+
+// WritableByOthers are the permission bits that make the authorization
+// file writable by its group or by others: whoever can write it can grant
+// themselves every right.
+const WritableByOthers os.FileMode = 0o022
+
+// fileMode returns the permission bits of path (following symbolic links,
+// as reading does); 0 when it cannot be read.
+func fileMode(path string) os.FileMode {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Mode().Perm()
+}
+
+// warnIfWritable logs one warning when the loaded file is writable by its
+// group or others; it runs when a version is loaded (start-up, reload) and
+// when the mode changes, never on every poll.
+func (a *Authenticator) warnIfWritable() {
+	if a.log != nil && a.mode&WritableByOthers != 0 {
+		a.log.Warn("the authorization file is writable by its group or by others; whoever can write it can grant any right: make it writable by its owner only (chmod go-w)",
+			"path", a.path, "mode", fmt.Sprintf("%#o", a.mode))
+	}
 }
 
 // Loads returns how many versions of the file have been loaded so far.
@@ -252,9 +334,30 @@ func (a *Authenticator) Watch(ctx context.Context, interval time.Duration, trigg
 	}
 }
 
+// describeIdentities lists at most 4 identities of at most 100 bytes each
+// (certificates may carry many long names), as valid UTF-8.
+func describeIdentities(ids []string) string {
+	const most, long = 4, 100
+	var parts []string
+	for i, id := range ids {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ids)-most))
+			break
+		}
+		if len(id) > long {
+			id = id[:long] + "…"
+		}
+		parts = append(parts, strings.ToValidUTF8(id, "\uFFFD"))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Authenticate implements ports.Authenticator. A bearer token takes
 // precedence over a client certificate: a wrong token is refused even when
-// the certificate is valid.
+// the certificate is valid. Certificate identities are typed ("uri:…",
+// "dns:…", "email:…", "cn:…", as the gRPC adapter presents them) and match
+// only identities of the same type; when several are declared, the first in
+// the order URI, DNS, e-mail, common name decides.
 func (a *Authenticator) Authenticate(_ context.Context, c ports.Credentials) (*domain.Principal, error) {
 	t := a.current.Load()
 	if c.BearerToken != "" {
@@ -263,13 +366,21 @@ func (a *Authenticator) Authenticate(_ context.Context, c ports.Credentials) (*d
 		}
 		return nil, domain.Errorf(domain.CodeUnauthenticated, "the bearer token is not valid")
 	}
-	for _, id := range c.CertificateIdentities {
-		if p, ok := t.byIdentity[id]; ok {
-			return p, nil
+	// Certificate identities are typed ("dns:billing.internal"): one
+	// matches only an identity of the same type, in precedence order.
+	for _, typ := range identityTypes {
+		for _, id := range c.CertificateIdentities {
+			ctyp, value, ok := strings.Cut(id, ":")
+			if !ok || ctyp != typ {
+				continue
+			}
+			if p, ok := t.byIdentity[identityKey(typ, value)]; ok {
+				return p, nil
+			}
 		}
 	}
 	if len(c.CertificateIdentities) > 0 {
-		return nil, domain.Errorf(domain.CodeUnauthenticated, "the client certificate (%s) belongs to no principal", strings.Join(c.CertificateIdentities, ", "))
+		return nil, domain.Errorf(domain.CodeUnauthenticated, "the client certificate (%s) belongs to no principal", describeIdentities(c.CertificateIdentities))
 	}
 	return nil, domain.Errorf(domain.CodeUnauthenticated, "the request carries no credentials: send \"authorization: Bearer <token>\" or a client certificate")
 }

@@ -2,29 +2,56 @@ package sinkgrpc
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
 )
 
+// healthWatchMethod is the health service's server-streaming method.
+const healthWatchMethod = "/grpc.health.v1.Health/Watch"
+
 // StreamCloser ends long-lived server streams (health Watch, reflection)
-// when shutdown begins. The Sink API itself is unary; without this, one
-// client watching health would hold GracefulStop until the shutdown timeout.
+// when shutdown begins, and bounds the health Watch streams open at once.
+// The Sink API itself is unary; without this, one client watching health
+// would hold GracefulStop until the shutdown timeout, and unauthenticated
+// clients could open watchers without limit (each costs a goroutine and
+// buffers).
 type StreamCloser struct {
+	maxWatchers int64
+	watchers    atomic.Int64
+
 	mu      sync.Mutex
 	closed  bool
 	next    uint64
 	cancels map[uint64]context.CancelFunc
 }
 
-// NewStreamCloser returns a StreamCloser with no streams.
-func NewStreamCloser() *StreamCloser {
-	return &StreamCloser{cancels: map[uint64]context.CancelFunc{}}
+// NewStreamCloser returns a StreamCloser with no streams that admits at
+// most maxHealthWatchers health Watch streams at once, server-wide (more
+// are refused with RESOURCE_EXHAUSTED; 0 or less means no limit).
+func NewStreamCloser(maxHealthWatchers int) *StreamCloser {
+	return &StreamCloser{maxWatchers: int64(maxHealthWatchers), cancels: map[uint64]context.CancelFunc{}}
 }
 
-// Interceptor gives every stream a context that CloseAll cancels.
+// Interceptor gives every stream a context that CloseAll cancels, and
+// refuses health watchers above the bound.
 func (c *StreamCloser) Interceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if info.FullMethod == healthWatchMethod && c.maxWatchers > 0 {
+			if c.watchers.Add(1) > c.maxWatchers {
+				c.watchers.Add(-1)
+				return status.Errorf(codes.ResourceExhausted, "too many health watchers: at most %d at once; use Check, or retry later", c.maxWatchers)
+			}
+			defer c.watchers.Add(-1)
+		}
 		ctx, cancel := context.WithCancel(ss.Context())
 		c.mu.Lock()
 		if c.closed {
@@ -45,6 +72,9 @@ func (c *StreamCloser) Interceptor() grpc.StreamServerInterceptor {
 		return handler(srv, withContext(ss, ctx))
 	}
 }
+
+// HealthWatchers returns how many health Watch streams are open.
+func (c *StreamCloser) HealthWatchers() int { return int(c.watchers.Load()) }
 
 // CloseAll cancels every open stream and every stream opened later.
 func (c *StreamCloser) CloseAll() {
@@ -68,3 +98,197 @@ type ctxStream struct {
 }
 
 func (s *ctxStream) Context() context.Context { return s.ctx }
+
+// Connections tracks a gRPC server's connections and in-flight Sink RPCs so
+// that a shutdown can drain what matters and close the rest:
+//
+//   - Listener wraps the listener: it knows every accepted connection, and
+//     which ones have not finished their handshake (TLS and HTTP/2
+//     preface). grpc-go's Stop and GracefulStop wait for those handshakes
+//     (up to the connection timeout), so a few stalled TCP connections would
+//     otherwise hold every shutdown;
+//   - it is a stats.Handler (install it with grpc.StatsHandler): a
+//     connection is established when gRPC tags it, and a Sink RPC is in
+//     flight from its Begin (before its request is read) to its End.
+type Connections struct {
+	log *slog.Logger
+
+	mu          sync.Mutex
+	closing     bool
+	open        map[connKey]*trackedConn
+	handshaking map[*trackedConn]struct{}
+
+	inflight atomic.Int64
+}
+
+var _ stats.Handler = (*Connections)(nil)
+
+// NewConnections returns a tracker with no connections.
+func NewConnections(log *slog.Logger) *Connections {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Connections{log: log, open: map[connKey]*trackedConn{}, handshaking: map[*trackedConn]struct{}{}}
+}
+
+type connKey struct{ local, remote string }
+
+func keyOf(local, remote net.Addr) connKey {
+	k := connKey{}
+	if local != nil {
+		k.local = local.String()
+	}
+	if remote != nil {
+		k.remote = remote.String()
+	}
+	return k
+}
+
+// Listener returns lis with every accepted connection tracked. Once
+// Shutdown has begun, connections it still accepts are closed at once.
+func (c *Connections) Listener(lis net.Listener) net.Listener {
+	return &trackingListener{Listener: lis, c: c}
+}
+
+type trackingListener struct {
+	net.Listener
+	c *Connections
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if tc := l.c.add(conn); tc != nil {
+			return tc, nil
+		}
+	}
+}
+
+// trackedConn is an accepted connection; Close forgets it.
+type trackedConn struct {
+	net.Conn
+	c    *Connections
+	key  connKey
+	once sync.Once
+}
+
+func (t *trackedConn) Close() error {
+	t.once.Do(func() { t.c.remove(t) })
+	return t.Conn.Close()
+}
+
+func (c *Connections) add(conn net.Conn) *trackedConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		_ = conn.Close()
+		return nil
+	}
+	tc := &trackedConn{Conn: conn, c: c, key: keyOf(conn.LocalAddr(), conn.RemoteAddr())}
+	c.open[tc.key] = tc
+	c.handshaking[tc] = struct{}{}
+	return tc
+}
+
+func (c *Connections) remove(tc *trackedConn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open[tc.key] == tc {
+		delete(c.open, tc.key)
+	}
+	delete(c.handshaking, tc)
+}
+
+// Handshaking returns how many accepted connections have not finished
+// their handshake.
+func (c *Connections) Handshaking() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.handshaking)
+}
+
+// InFlight returns how many Sink RPCs are running (from before their
+// request is read until their response is sent).
+func (c *Connections) InFlight() int { return int(c.inflight.Load()) }
+
+// TagConn implements stats.Handler: gRPC tags a connection once its
+// handshake has finished.
+func (c *Connections) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if tc, ok := c.open[keyOf(info.LocalAddr, info.RemoteAddr)]; ok {
+		delete(c.handshaking, tc)
+	}
+	return ctx
+}
+
+// HandleConn implements stats.Handler.
+func (c *Connections) HandleConn(context.Context, stats.ConnStats) {}
+
+type sinkRPCKey struct{}
+
+// TagRPC implements stats.Handler: it marks the Sink API's RPCs (all
+// unary); health and reflection streams are ended by StreamCloser.
+func (c *Connections) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if strings.HasPrefix(info.FullMethodName, "/"+ServiceName+"/") {
+		return context.WithValue(ctx, sinkRPCKey{}, true)
+	}
+	return ctx
+}
+
+// HandleRPC implements stats.Handler: it counts the marked RPCs between
+// their Begin and End.
+func (c *Connections) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if s.IsClient() || ctx.Value(sinkRPCKey{}) == nil {
+		return
+	}
+	switch s.(type) {
+	case *stats.Begin:
+		c.inflight.Add(1)
+	case *stats.End:
+		c.inflight.Add(-1)
+	}
+}
+
+// Shutdown stops srv gracefully, in this order: connections still in
+// their handshake are closed (they carry no RPC) and new ones are refused;
+// then GracefulStop stops accepting, lets in-flight RPCs finish and closes
+// idle connections. When ctx ends first, everything left is closed with
+// Stop. It returns an error only when accepted Sink RPCs were cut off;
+// closing idle connections, half-open handshakes and watch streams is a
+// clean shutdown. Cancel long-lived streams (StreamCloser.CloseAll) first.
+func (c *Connections) Shutdown(ctx context.Context, srv *grpc.Server) error {
+	c.mu.Lock()
+	c.closing = true
+	var stalled []*trackedConn
+	for tc := range c.handshaking {
+		stalled = append(stalled, tc)
+	}
+	c.mu.Unlock()
+	for _, tc := range stalled {
+		_ = tc.Close()
+	}
+	if len(stalled) > 0 {
+		c.log.Info("closed connections that had not finished their handshake", "connections", len(stalled))
+	}
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	cut := c.inflight.Load()
+	srv.Stop()
+	if cut > 0 {
+		return fmt.Errorf("cannot drain %d in-flight RPCs before the shutdown timeout: %w", cut, ctx.Err())
+	}
+	c.log.Info("closed the connections left after draining every in-flight RPC")
+	return nil
+}
