@@ -1,9 +1,11 @@
 package domain
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // KeyKind tells which of the typed key forms a Key holds.
@@ -58,14 +60,20 @@ func BytesKey(b []byte) Key { return Key{Kind: KeyBytes, str: string(b)} }
 // (Validate reports it otherwise). The slice is copied.
 func ObjectIDKey(b []byte) Key { return Key{Kind: KeyObjectID, str: string(b)} }
 
-// String returns the value of a string key.
+// String renders the key value for messages and logs: a string key as is
+// (invalid UTF-8, which the API never lets through, as U+FFFD), an int64
+// key in decimal, a bytes key in standard base64 (the form clients
+// see bytes fields in) and an ObjectID key as its canonical 24 lower-case
+// hex digits. Bytes and ObjectID keys never reach a message raw.
 func (k Key) String() string {
 	switch k.Kind {
 	case KeyString:
-		return k.str
+		return strings.ToValidUTF8(k.str, "\uFFFD")
 	case KeyInt64:
 		return strconv.FormatInt(k.num, 10)
-	case KeyBytes, KeyObjectID:
+	case KeyBytes:
+		return base64.StdEncoding.EncodeToString([]byte(k.str))
+	case KeyObjectID:
 		return hex.EncodeToString([]byte(k.str))
 	default:
 		return "<invalid key>"
@@ -111,9 +119,11 @@ type Address struct {
 	Key       Key
 }
 
-// String renders the address for messages: store/namespace/dataset/kind:key.
+// String renders the address for messages: store/namespace/dataset/kind:key,
+// with the key rendered by Key.String. The result is valid UTF-8 whatever
+// the address holds.
 func (a Address) String() string {
-	return fmt.Sprintf("%s/%s/%s/%s:%s", a.Store, a.Namespace, a.Dataset, a.Key.Kind, a.Key.String())
+	return strings.ToValidUTF8(fmt.Sprintf("%s/%s/%s/%s:%s", a.Store, a.Namespace, a.Dataset, a.Key.Kind, a.Key.String()), "\uFFFD")
 }
 
 // RecordID is a compact comparable identity of the record, for use as a map
@@ -139,4 +149,8 @@ func (a Address) DatasetRef() DatasetRef {
 	return DatasetRef{Store: a.Store, Namespace: a.Namespace, Dataset: a.Dataset}
 }
 
-func (d DatasetRef) String() string { return d.Store + "/" + d.Namespace + "/" + d.Dataset }
+// String renders the dataset for messages: store/namespace/dataset, valid
+// UTF-8 whatever the names hold.
+func (d DatasetRef) String() string {
+	return strings.ToValidUTF8(d.Store+"/"+d.Namespace+"/"+d.Dataset, "\uFFFD")
+}

@@ -1,5 +1,7 @@
 package domain
 
+import "encoding/base64"
+
 // Well-known content types.
 const (
 	ContentTypeJSON = "application/json"
@@ -16,11 +18,19 @@ type Document struct {
 
 // Revision is an opaque token naming one version of a record. Only the
 // storage adapter that issued it interprets it; the empty revision means
-// "none" (no precondition, or no record).
+// "none" (no precondition, or no record). A revision may hold any bytes (a
+// client sends whatever it likes as an expected revision): code that needs
+// the token itself uses string(r) or []byte(r); messages use String.
 type Revision string
 
 // IsZero reports whether the revision is empty.
 func (r Revision) IsZero() bool { return r == "" }
+
+// String renders the revision for messages and logs in standard base64, the
+// form in which clients see bytes fields (proto JSON, grpcurl, the sink
+// CLI). The result is always valid UTF-8, so formatting a revision with %s
+// or %v can never put raw client bytes into a message.
+func (r Revision) String() string { return base64.StdEncoding.EncodeToString([]byte(r)) }
 
 // Record is a stored document with its revision.
 type Record struct {

@@ -3,9 +3,14 @@ package sinkgrpc
 import (
 	"context"
 	"errors"
+	"strings"
+	"time"
+	"unicode/utf8"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sink-io/sink/domain"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
@@ -42,20 +47,44 @@ func grpcCode(c domain.Code) codes.Code {
 	}
 }
 
-// StatusError converts a whole-request error into a gRPC status error.
+// StatusError converts a whole-request error into a gRPC status error. The
+// message is valid UTF-8 whatever the error holds (see validMessage); a gRPC
+// status error passes through unchanged unless its message needs repair.
 func StatusError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok && !isDomain(err) {
-		return err
+	if st, ok := status.FromError(err); ok && !isDomain(err) {
+		if utf8.ValidString(st.Message()) {
+			return err
+		}
+		p := st.Proto()
+		p.Message = validMessage(p.Message)
+		return status.FromProto(p).Err()
 	}
 	e := domain.AsError(err)
 	if errors.Is(err, context.Canceled) {
-		return status.Error(codes.Canceled, e.Error())
+		return status.Error(codes.Canceled, validMessage(e.Error()))
 	}
-	return status.Error(grpcCode(e.Code), e.Error())
+	st := status.New(grpcCode(e.Code), validMessage(e.Error()))
+	if e.RetryAfter > 0 {
+		// google.rpc.RetryInfo tells clients (and grpc-go's retry policy) when to come back.
+		delay := (e.RetryAfter + time.Millisecond - 1).Truncate(time.Millisecond)
+		if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
+			st = withInfo
+		}
+	}
+	return st.Err()
 }
+
+// validMessage is the last line of defence for every message this adapter
+// puts into a status or an OperationError: proto string fields must hold
+// valid UTF-8, or gRPC fails the whole response ("error while marshaling").
+// Messages are valid by construction (opaque bytes render in base64, see
+// domain.Revision.String and domain.Key.String); any invalid sequence that
+// still slips through becomes U+FFFD instead of costing the client every
+// result of its request.
+func validMessage(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 func isDomain(err error) bool {
 	var e *domain.Error
@@ -70,7 +99,7 @@ func operationError(e *domain.Error) *sinkv1.OperationError {
 	return &sinkv1.OperationError{
 		Code:      uint32(grpcCode(e.Code)),
 		Reason:    e.Code.String(),
-		Message:   e.Error(),
+		Message:   validMessage(e.Error()),
 		Retryable: e.Retryable,
 	}
 }

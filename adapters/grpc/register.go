@@ -17,9 +17,9 @@ const ServiceName = "sink.v1.Sink"
 // service and server reflection registered. maxRequestBytes bounds one
 // received message (requests above it get RESOURCE_EXHAUSTED).
 func NewGRPCServer(api sinkv1.SinkServer, hs *health.Server, maxRequestBytes int, opts ...grpc.ServerOption) *grpc.Server {
-	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes)}, opts...)
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.ForceServerCodecV2(newRequestCodec())}, opts...)
 	s := grpc.NewServer(opts...)
-	sinkv1.RegisterSinkServer(s, api)
+	registerSink(s, api) // sinkv1.RegisterSinkServer, with undecodable requests as INVALID_ARGUMENT (decode.go)
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
 	return s

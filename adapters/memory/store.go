@@ -133,6 +133,21 @@ func (s *Store) ContentTypes() []string { return nil }
 // Ping implements ports.Storage.
 func (s *Store) Ping(context.Context) error { return nil }
 
+// Snapshot returns a copy of every record by record identity (tests and
+// diagnostics: comparing two snapshots shows exactly what a call changed).
+func (s *Store) Snapshot() map[domain.RecordID]domain.Record {
+	out := make(map[domain.RecordID]domain.Record)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		for id, e := range sh.records {
+			out[id] = domain.Record{Document: clone(e.doc), Revision: e.rev}
+		}
+		sh.mu.RUnlock()
+	}
+	return out
+}
+
 // Len returns the number of records (tests and diagnostics).
 func (s *Store) Len() int {
 	n := 0

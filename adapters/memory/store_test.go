@@ -2,7 +2,9 @@ package memory_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/domain"
@@ -53,5 +55,47 @@ func TestWritesDoNotAliasCallerBuffers(t *testing.T) {
 	}
 	if s.Len() != 1 {
 		t.Fatalf("Len = %d", s.Len())
+	}
+}
+
+// TestConditionMessagesRenderRevisionsInBase64: a client may send any bytes
+// as an expected revision. The mismatch and not-found messages quote
+// revisions in base64, so they stay valid UTF-8 (a raw 0xff used to reach
+// the gRPC response and fail the whole call) and show the form clients see.
+func TestConditionMessagesRenderRevisionsInBase64(t *testing.T) {
+	s := memory.New()
+	a := domain.Address{Store: "p", Namespace: "n", Dataset: "d", Key: domain.BytesKey([]byte{0xfe, 0xff})}
+	doc := domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"n":1}`)}
+	w := s.Write(t.Context(), []ports.WriteOp{{Kind: ports.WritePut, Address: a, Document: doc}})[0]
+	if w.Err != nil {
+		t.Fatal(w.Err)
+	}
+	missing := a
+	missing.Key = domain.StringKey("missing")
+	bad := ports.Condition{Kind: ports.ConditionRevision, Revision: domain.Revision([]byte{0xff})}
+	res := s.Write(t.Context(), []ports.WriteOp{
+		{Kind: ports.WritePut, Address: a, Document: doc, Condition: bad},
+		{Kind: ports.WriteDelete, Address: a, Condition: bad},
+		{Kind: ports.WriteDelete, Address: missing, Condition: bad},
+	})
+	want := []struct {
+		code domain.Code
+		key  string
+	}{{domain.CodeRevisionMismatch, "/bytes:/v8="}, {domain.CodeRevisionMismatch, "/bytes:/v8="}, {domain.CodeNotFound, "/string:missing"}}
+	for i, r := range res {
+		msg := r.Err.Error()
+		if domain.CodeOf(r.Err) != want[i].code {
+			t.Fatalf("op %d: %v, want %s", i, r.Err, want[i].code)
+		}
+		if !utf8.ValidString(msg) || !strings.Contains(msg, "expected revision /w==") && !strings.Contains(msg, "the expected /w==") || !strings.Contains(msg, want[i].key) {
+			t.Fatalf("op %d: message %q must be valid UTF-8 and name the revision and key in base64", i, msg)
+		}
+	}
+	if !strings.Contains(res[0].Err.Error(), w.Revision.String()) {
+		t.Fatalf("mismatch message %q does not show the current revision %s", res[0].Err, w.Revision)
+	}
+	snap := s.Snapshot()
+	if len(snap) != 1 || snap[a.ID()].Revision != w.Revision || string(snap[a.ID()].Document.Data) != `{"n":1}` {
+		t.Fatalf("failed conditional operations changed the store: %+v", snap)
 	}
 }
