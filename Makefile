@@ -17,12 +17,13 @@ STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Test timeout per package; the whole suite stays well under CI's limit.
 TEST_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all run test test-race test-unit test-integration lint proto bench tools clean help
+.PHONY: all build run test test-race test-unit test-integration lint proto bench fuzz tools clean help
 
 all: lint test
 
 help:
-	@echo "make run               run Sink (memory storage unless SINK_MONGODB_URI is set)"
+	@echo "make build             build the sink binary into .bin/sink (BINARY=path to change)"
+	@echo "make run               build and run Sink (memory storage unless SINK_MONGODB_URI is set)"
 	@echo "make test              run every test, integration tests included (starts its own servers)"
 	@echo "make test-race         run every test with the race detector"
 	@echo "make test-unit         run the tests that need no MongoDB or Kafka server"
@@ -30,9 +31,18 @@ help:
 	@echo "make lint              go vet, staticcheck, gofmt, go mod tidy check, buf lint"
 	@echo "make proto             regenerate the committed protobuf code"
 	@echo "make bench             run the benchmarks"
+	@echo "make fuzz              run every fuzz target in turn, FUZZTIME each (default 30s)"
 
-run:
-	$(GO) run ./cmd/sink
+# make build puts the sink binary here; make run builds it and then runs it
+# with exec, so Ctrl-C reaches Sink itself and a clean shutdown ends with
+# Sink's exit status (0), not `go run`'s (1).
+BINARY ?= $(BIN)/sink
+
+build:
+	$(GO) build -o $(BINARY) ./cmd/sink
+
+run: build
+	exec $(BINARY)
 
 test:
 	$(GO) test $(TEST_FLAGS) ./...
@@ -51,6 +61,25 @@ test-integration:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+# Every fuzz target: package and name. Their seed corpora (and FuzzRPCBytes'
+# seeded random batch) already run in make test; this fuzzes each in turn.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	./integration:FuzzRPCBytes \
+	./domain:FuzzDecodeAddress \
+	./adapters/kafka:FuzzDecodeMutation \
+	./adapters/mergepatch:FuzzMergeJSON \
+	./adapters/mergepatch:FuzzMergeBSON \
+	./adapters/mongodb:FuzzStoredDocumentRoundTrip \
+	./adapters/mongodb:FuzzParseBindings \
+	./adapters/auth:FuzzParseAuthorizationFile
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzzing $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -count=1 -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
 
 lint: $(STATICCHECK) $(BUF)
 	$(GO) vet ./...

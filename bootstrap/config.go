@@ -38,14 +38,18 @@ type Config struct {
 	MaxKeyBytes      int `env:"SINK_MAX_KEY_BYTES" envDefault:"1024" desc:"Maximum size of a string or bytes key, in bytes."`
 	MaxNameLength    int `env:"SINK_MAX_NAME_LENGTH" envDefault:"120" desc:"Maximum length of store, namespace and dataset names, in bytes."`
 	MaxRequestBytes  int `env:"SINK_MAX_REQUEST_BYTES" envDefault:"33554432" desc:"Maximum total size of the keys and documents of one request, in bytes."`
+	MaxNestingDepth  int `env:"SINK_MAX_NESTING_DEPTH" envDefault:"100" desc:"Maximum nesting of objects and arrays below the top level of a merged document, its merge intent and the result (at most 10000; MongoDB itself stops at 100). Deeper input fails with INVALID_ARGUMENT."`
 
-	MergeMaxAttempts int `env:"SINK_MERGE_MAX_ATTEMPTS" envDefault:"32" desc:"Attempts of one merge's read-modify-write when concurrent writes keep changing the record."`
+	MergeMaxAttempts int           `env:"SINK_MERGE_MAX_ATTEMPTS" envDefault:"32" desc:"Attempts of one merge's read-modify-write when concurrent writes keep changing the record."`
+	MergeTimeout     time.Duration `env:"SINK_MERGE_TIMEOUT" envDefault:"2s" desc:"Time budget of one run of a merge profile. A merge that takes longer is stopped and fails with RESOURCE_EXHAUSTED, not retryable (the same merge would take as long again; the worker dead-letters it at once). A client deadline or cancel that comes first stops it too, with DEADLINE_EXCEEDED or CANCELLED."`
 
 	MongoDB MongoDBConfig
 	Kafka   KafkaConfig
 	// Health checks and metrics (observability.go).
 	Observability ObservabilityConfig
 
+	// Resource limits of the gRPC API (grpcserver.go).
+	GRPC GRPCConfig
 	// Security settings of the gRPC API (security.go).
 	TLS       TLSConfig
 	Auth      AuthConfig
@@ -56,7 +60,7 @@ type Config struct {
 type MongoDBConfig struct {
 	URI             string `env:"SINK_MONGODB_URI" desc:"MongoDB connection string. When empty, Sink serves from memory (nothing is persisted). Pool size, timeouts and TLS come from the URI options."`
 	HiddenField     string `env:"SINK_MONGODB_HIDDEN_FIELD" envDefault:"__sink" desc:"Top-level field in which Sink keeps its per-record metadata (revision)."`
-	BulkChunk       int    `env:"SINK_MONGODB_BULK_CHUNK" envDefault:"1000" desc:"Most unconditional puts and creates in one MongoDB bulk write (FerretDB v1 needs 48 or less)."`
+	BulkChunk       int    `env:"SINK_MONGODB_BULK_CHUNK" envDefault:"1000" desc:"Most unconditional puts and creates in one MongoDB bulk write, at most 100000 (MongoDB's own limit; FerretDB v1 needs 48 or less); chunks also stay under 32 MiB of documents."`
 	BulkConcurrency int    `env:"SINK_MONGODB_BULK_CONCURRENCY" envDefault:"4" desc:"Bulk writes of one storage call that run at once (FerretDB v1 needs 1)."`
 	Bindings        string `env:"SINK_MONGODB_BINDINGS" desc:"JSON array mapping logical namespace/dataset pairs to existing database/collection pairs, e.g. [{\"namespace\":\"shop\",\"dataset\":\"orders\",\"database\":\"legacy\",\"collection\":\"Orders\"}]."`
 }
@@ -170,12 +174,22 @@ func (c Config) validate(unparsed map[string]bool) error {
 	}
 	positive("SINK_MAX_OPERATIONS", c.MaxOperations)
 	positive("SINK_MONGODB_BULK_CHUNK", c.MongoDB.BulkChunk)
+	if c.MongoDB.BulkChunk > 100000 {
+		add("SINK_MONGODB_BULK_CHUNK must be at most 100000 (MongoDB's limit on the operations of one write command), got %d", c.MongoDB.BulkChunk)
+	}
 	positive("SINK_MONGODB_BULK_CONCURRENCY", c.MongoDB.BulkConcurrency)
 	positive("SINK_MAX_DOCUMENT_BYTES", c.MaxDocumentBytes)
 	positive("SINK_MAX_KEY_BYTES", c.MaxKeyBytes)
 	positive("SINK_MAX_NAME_LENGTH", c.MaxNameLength)
 	positive("SINK_MAX_REQUEST_BYTES", c.MaxRequestBytes)
+	positive("SINK_MAX_NESTING_DEPTH", c.MaxNestingDepth)
+	if c.MaxNestingDepth > 10000 {
+		add("SINK_MAX_NESTING_DEPTH must be at most 10000, got %d", c.MaxNestingDepth)
+	}
 	positive("SINK_MERGE_MAX_ATTEMPTS", c.MergeMaxAttempts)
+	if c.MergeTimeout <= 0 && !unparsed["SINK_MERGE_TIMEOUT"] {
+		add("SINK_MERGE_TIMEOUT must be positive, got %s", c.MergeTimeout)
+	}
 	positive("SINK_KAFKA_MAX_POLL_RECORDS", c.Kafka.MaxPollRecords)
 	positive("SINK_APPLY_MAX_ATTEMPTS", c.Kafka.ApplyMaxAttempts)
 	if c.MaxDocumentBytes > c.MaxRequestBytes && c.MaxRequestBytes > 0 {
@@ -246,6 +260,7 @@ func (c Config) Application() application.Config {
 		MaxRequestBytes:  c.MaxRequestBytes,
 	}
 	a.Merge.MaxAttempts = c.MergeMaxAttempts
+	a.Merge.Timeout = c.MergeTimeout
 	a.Apply.MaxAttempts = c.Kafka.ApplyMaxAttempts
 	a.Apply.MaxBackoff = c.Kafka.ApplyMaxBackoff
 	if a.Apply.BaseBackoff > a.Apply.MaxBackoff {

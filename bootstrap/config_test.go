@@ -32,6 +32,8 @@ func TestEveryProblemIsReportedAtOnce(t *testing.T) {
 		"SINK_GRPC_ADDRESS":         "nowhere",
 		"SINK_KAFKA_BROKERS":        "localhost:9092",
 		"SINK_MONGODB_HIDDEN_FIELD": "a.b",
+		"SINK_MONGODB_BULK_CHUNK":   "100001",
+		"SINK_MERGE_TIMEOUT":        "0s",
 	})
 	if err == nil {
 		t.Fatal("invalid configuration accepted")
@@ -49,6 +51,8 @@ func TestEveryProblemIsReportedAtOnce(t *testing.T) {
 		`SINK_GRPC_ADDRESS "nowhere" is not a host:port address`,
 		"SINK_KAFKA_BROKERS is set but SINK_KAFKA_TOPIC is not",
 		"SINK_MONGODB_HIDDEN_FIELD",
+		"SINK_MONGODB_BULK_CHUNK must be at most 100000",
+		"SINK_MERGE_TIMEOUT must be positive",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing problem %q in:\n%s", want, err)

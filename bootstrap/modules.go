@@ -9,9 +9,6 @@
 package bootstrap
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,7 +17,6 @@ import (
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
 	sinkgrpc "github.com/sink-io/sink/adapters/grpc"
@@ -74,7 +70,9 @@ func StorageModule() fx.Option {
 
 // ProfilesModule registers the built-in merge profiles.
 func ProfilesModule() fx.Option {
-	return fx.Module("profiles", MergeProfile(mergepatch.New))
+	return fx.Module("profiles", MergeProfile(func(cfg Config) mergepatch.Profile {
+		return mergepatch.New(mergepatch.WithMaxDepth(cfg.MaxNestingDepth))
+	}))
 }
 
 type serviceParams struct {
@@ -100,6 +98,9 @@ func ApplicationModule() fx.Option {
 			}
 			if p.Config.Auth.Enabled() {
 				opts = append(opts, application.RequirePrincipal())
+			}
+			if rl := p.Config.rateLimit(); rl.Enabled() {
+				opts = append(opts, application.WithAdmission(sinkgrpc.NewRateLimiter(p.Config.Store, rl)))
 			}
 			return application.NewService(p.Config.Application(), p.Storage, p.Profiles, opts...)
 		}),
@@ -128,60 +129,19 @@ func (e *endpoint) set(a net.Addr) {
 // GRPCEndpoint exposes the address the gRPC server listens on, once started.
 type GRPCEndpoint struct{ endpoint }
 
-// GRPCModule serves the Sink API, health and reflection. The listener opens
-// in OnStart (so start-up fails clearly when the address is taken); OnStop
-// drains in-flight RPCs with GracefulStop and cuts them when the shutdown
-// context ends.
+// GRPCModule serves the Sink API, health and reflection with the limits of
+// GRPCConfig. The listener opens in OnStart (so start-up fails clearly when
+// the address is taken); OnStop drains in-flight RPCs and then closes what
+// is left (grpcserver.go).
 func GRPCModule() fx.Option {
 	return fx.Module("grpc",
 		securityProviders(),
 		fx.Provide(
 			func() *health.Server { return health.NewServer() },
 			func() *GRPCEndpoint { return &GRPCEndpoint{} },
-			sinkgrpc.NewStreamCloser,
 			func(svc *application.Service) *sinkgrpc.Server { return sinkgrpc.NewServer(svc) },
-			func(cfg Config, api *sinkgrpc.Server, hs *health.Server, sec GRPCServerOptions, obs GRPCObservability, streams *sinkgrpc.StreamCloser) *grpc.Server {
-				// The observability interceptor first: it is the outermost (observability.go).
-				opts := append(append([]grpc.ServerOption{}, obs.Options...), sec.Options...)
-				opts = append(opts, grpc.ChainStreamInterceptor(streams.Interceptor()))
-				return sinkgrpc.NewGRPCServer(api, hs, cfg.MaxRequestBytes+1<<20, opts...)
-			},
+			newGRPCServer, // grpcserver.go
 		),
-		fx.Invoke(func(lc fx.Lifecycle, cfg Config, log *slog.Logger, srv *grpc.Server, hs *health.Server, ep *GRPCEndpoint, streams *sinkgrpc.StreamCloser) {
-			lc.Append(fx.Hook{
-				OnStart: func(context.Context) error {
-					lis, err := net.Listen("tcp", cfg.GRPCAddress)
-					if err != nil {
-						return fmt.Errorf("cannot listen on SINK_GRPC_ADDRESS %q: %w", cfg.GRPCAddress, err)
-					}
-					ep.set(lis.Addr())
-					// The serving status follows the health monitor (observability.go).
-					go func() {
-						if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-							log.Error("gRPC server stopped", "error", err)
-						}
-					}()
-					log.Info("serving the Sink gRPC API", "address", lis.Addr().String(), "store", cfg.Store)
-					return nil
-				},
-				OnStop: func(ctx context.Context) error {
-					hs.Shutdown()
-					// Health watchers and reflection streams would hold GracefulStop open.
-					streams.CloseAll()
-					done := make(chan struct{})
-					go func() {
-						srv.GracefulStop()
-						close(done)
-					}()
-					select {
-					case <-done:
-						return nil
-					case <-ctx.Done():
-						srv.Stop()
-						return fmt.Errorf("cannot drain in-flight RPCs before the shutdown timeout: %w", ctx.Err())
-					}
-				},
-			})
-		}),
+		fx.Invoke(serveGRPC),
 	)
 }

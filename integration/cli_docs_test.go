@@ -2,6 +2,8 @@ package integration_test
 
 import (
 	"bytes"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +12,9 @@ import (
 	"sync"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/integration/sinktest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
@@ -44,15 +49,15 @@ func buildSink(t *testing.T) string {
 }
 
 // shellBlocks returns the ```sh blocks of a Markdown file that stand
-// between the <!-- cli-examples:begin --> and <!-- cli-examples:end --> markers.
-func shellBlocks(t *testing.T, path string) []string {
+// between the <!-- SECTION:begin --> and <!-- SECTION:end --> markers.
+func shellBlocks(t *testing.T, path, section string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
-	const begin, end = "<!-- cli-examples:begin -->", "<!-- cli-examples:end -->"
+	begin, end := "<!-- "+section+":begin -->", "<!-- "+section+":end -->"
 	i, j := strings.Index(text, begin), strings.Index(text, end)
 	if i < 0 || j < i {
 		t.Fatalf("%s: no %s ... %s section", path, begin, end)
@@ -80,30 +85,16 @@ func shellBlocks(t *testing.T, path string) []string {
 // The CLI examples of the README run, as written, with bash and the real
 // binary against a real server, and do what the page says.
 func TestCLIDocExamplesRun(t *testing.T) {
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
-	}
 	bin := buildSink(t)
 	s := sinktest.Start(t, nil)
-	blocks := shellBlocks(t, filepath.Join(repoRoot(t), "README.md"))
+	needJQ(t)
+	blocks := shellBlocks(t, filepath.Join(repoRoot(t), "README.md"), "cli-examples")
 	if len(blocks) < 5 {
 		t.Fatalf("found %d sh blocks in the README's CLI examples; is the extraction broken?", len(blocks))
 	}
-	work := t.TempDir()
-	var all bytes.Buffer
-	for i, block := range blocks {
-		cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "SINK_ADDRESS="+s.Addr, "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
-		cmd.Env = append(cmd.Env, "SINK_TOKEN=")
-		out, err := cmd.CombinedOutput()
-		all.Write(out)
-		if err != nil {
-			t.Fatalf("example block %d failed: %v\n--- block\n%s--- output\n%s", i+1, err, block, out)
-		}
-	}
-	output := all.String()
-	for _, want := range []string{`"status": "FOUND"`, "exit code 3", "exit code 4", `"status": "NOT_FOUND"`, `"$date": "2024-01-02T03:04:05Z"`} {
+	output := runDocBlocks(t, blocks, "", []string{"SINK_ADDRESS=" + s.Addr, "SINK_TOKEN="}, filepath.Dir(bin))
+	for _, want := range []string{`"status": "FOUND"`, "exit code 3", "exit code 4", `"status": "NOT_FOUND"`,
+		`"$date": "2024-01-02T03:04:05Z"`, `"$numberLong": "7"`, `"$numberDouble": "1.0"`, `"count": 3`} {
 		if !strings.Contains(output, want) {
 			t.Errorf("the examples' output lacks %q:\n%s", want, output)
 		}
@@ -116,6 +107,131 @@ func TestCLIDocExamplesRun(t *testing.T) {
 		a := &sinkv1.RecordAddress{Namespace: "shop", Dataset: "customers", Key: &sinkv1.RecordKey{Kind: &sinkv1.RecordKey_Int64{Int64: key}}}
 		if got := strings.TrimSpace(readJSON(t, s.Client, a)); got != want {
 			t.Errorf("customer %d: %q, want %q", key, got, want)
+		}
+	}
+	// The event copied through `sink read | jq | sink put --bson` is the
+	// same BSON, byte for byte: int64, integral double, int32, date.
+	event := func(oid string) []byte {
+		b, err := hex.DecodeString(oid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := read(t, s.Client, &sinkv1.RecordAddress{Namespace: "shop", Dataset: "events", Key: &sinkv1.RecordKey{Kind: &sinkv1.RecordKey_ObjectId{ObjectId: b}}})[0]
+		if r.Status != sinkv1.OperationStatus_OPERATION_STATUS_FOUND || r.Document.ContentType != domain.ContentTypeBSON {
+			t.Fatalf("event %s: %v %v", oid, r.Status, r.Document)
+		}
+		return r.Document.Data
+	}
+	original, copied := event("65a1f0c2e4b0a1b2c3d4e5f6"), event("65a1f0c2e4b0a1b2c3d4e5f7")
+	if !bytes.Equal(original, copied) {
+		t.Errorf("the copied event differs from the original:\n%s\n%s", bson.Raw(original), bson.Raw(copied))
+	}
+	if n := bson.Raw(original).Lookup("n"); n.Type != bson.TypeInt64 {
+		t.Errorf("the README's example stores n as %v, want int64", n.Type)
+	}
+}
+
+// needJQ skips a test whose documented examples use jq when it is missing.
+func needJQ(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"bash", "jq", "base64"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the README's examples need %s: %v", tool, err)
+		}
+	}
+}
+
+// runDocBlocks runs each block with bash -euo pipefail in a new directory,
+// with env added and the directories in path first on PATH, and returns
+// the combined output of all of them. If replace is not empty, it names
+// the "localhost:8080" replacement (the documented default address).
+func runDocBlocks(t *testing.T, blocks []string, replace string, env []string, path ...string) string {
+	t.Helper()
+	work := t.TempDir()
+	var all bytes.Buffer
+	for i, block := range blocks {
+		if replace != "" {
+			block = strings.ReplaceAll(block, "localhost:8080", replace)
+		}
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "PATH="+strings.Join(append(path, os.Getenv("PATH")), string(os.PathListSeparator)))
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.CombinedOutput()
+		all.Write(out)
+		if err != nil {
+			t.Fatalf("example block %d failed: %v\n--- block\n%s--- output\n%s", i+1, err, block, out)
+		}
+	}
+	return all.String()
+}
+
+var fakeGRPCurl struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// grpcurlForDocs returns the grpcurl the README's examples run with:
+// SINK_TEST_GRPCURL (a real grpcurl) when set, otherwise
+// integration/cmd/fakegrpcurl, built once (it links packages the tests
+// compiled already; grpcurl itself is a separate module with its own
+// dependency versions, too slow to build in a test).
+func grpcurlForDocs(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SINK_TEST_GRPCURL"); p != "" {
+		return p
+	}
+	fakeGRPCurl.once.Do(func() {
+		dir, err := os.MkdirTemp("", "sink-grpcurl-")
+		if err != nil {
+			fakeGRPCurl.err = err
+			return
+		}
+		fakeGRPCurl.path = filepath.Join(dir, "grpcurl")
+		cmd := exec.Command("go", "build", "-o", fakeGRPCurl.path, "./integration/cmd/fakegrpcurl")
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fakeGRPCurl.err = fmt.Errorf("go build ./integration/cmd/fakegrpcurl: %v\n%s", err, out)
+		}
+	})
+	if fakeGRPCurl.err != nil {
+		t.Fatal(fakeGRPCurl.err)
+	}
+	return fakeGRPCurl.path
+}
+
+// The README's grpcurl examples run as written (with bash, base64 and jq)
+// against a real server: the request bodies that the shell builds are the
+// API's JSON form (decoded with protojson, as grpcurl does), the document is
+// long enough (> 57 bytes) that a wrapping base64 would break it, and the
+// decoding one-liner prints the stored document.
+func TestGRPCurlDocExamplesRun(t *testing.T) {
+	needJQ(t)
+	grpcurl := grpcurlForDocs(t)
+	s := sinktest.Start(t, nil)
+	blocks := shellBlocks(t, filepath.Join(repoRoot(t), "README.md"), "grpcurl-examples")
+	if len(blocks) < 2 {
+		t.Fatalf("found %d sh blocks in the README's grpcurl examples; is the extraction broken?", len(blocks))
+	}
+	// A directory with the chosen grpcurl under that name, first on PATH.
+	dir := t.TempDir()
+	if err := os.Symlink(grpcurl, filepath.Join(dir, "grpcurl")); err != nil {
+		t.Fatal(err)
+	}
+	output := runDocBlocks(t, blocks, s.Addr, nil, dir)
+
+	stored := readJSON(t, s.Client, addr("shop", "orders", "o-1"))
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(stored), &doc); err != nil || doc["paid"] != true {
+		t.Fatalf("after the examples o-1 is %q (%v); want the put document merged with {\"paid\":true}", stored, err)
+	}
+	if len(stored) <= 57 {
+		t.Errorf("the README's example document has %d bytes; keep it above 57 so that it shows base64 -w0 is needed", len(stored))
+	}
+	for _, want := range []string{"sink.v1.Sink\n", "OPERATION_STATUS_APPLIED", "OPERATION_STATUS_FOUND", "\n" + stored} {
+		if !strings.Contains(output, want) {
+			t.Errorf("the examples' output lacks %q:\n%s", want, output)
 		}
 	}
 }

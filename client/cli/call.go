@@ -102,13 +102,14 @@ func writeOutput(st sinkv1.OperationStatus, rev []byte, mutationID string, e *si
 	return out
 }
 
-// setDocument renders the document: JSON as is, BSON as relaxed Extended
-// JSON, anything else as base64.
+// setDocument renders the document: JSON as is, BSON as Extended JSON that
+// reads back as the same types (see bsonToJSON; --canonical: canonical
+// Extended JSON), anything else as base64.
 func (c *command) setDocument(out *output, d *sinkv1.Document) {
 	out.ContentType = d.GetContentType()
 	switch {
 	case d.GetContentType() == domain.ContentTypeBSON:
-		if j, err := bsonToJSON(d.GetData()); err == nil {
+		if j, err := bsonToJSON(d.GetData(), c.canonical); err == nil {
 			out.Document = j
 			return
 		}
@@ -132,16 +133,15 @@ func toOutputError(e *sinkv1.OperationError) *outputError {
 
 // print writes the result as indented JSON and returns its exit code.
 func (c *command) print(out output, st sinkv1.OperationStatus, e *sinkv1.OperationError) int {
-	b, err := json.Marshal(out)
-	if err != nil {
+	// Indented, and without HTML escaping: a document's "<" stays "<".
+	// Number literals of the document are printed exactly as rendered.
+	var pretty bytes.Buffer
+	enc := json.NewEncoder(&pretty)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
 		return c.fail(ExitFailed, "cannot render the result: %v", err)
 	}
-	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, b, "", "  "); err != nil {
-		pretty.Reset()
-		pretty.Write(b)
-	}
-	pretty.WriteByte('\n')
 	if _, err := c.io.Stdout.Write(pretty.Bytes()); err != nil {
 		return c.fail(ExitFailed, "cannot write the result: %v", err)
 	}

@@ -127,6 +127,7 @@ type command struct {
 	ifRevision              string
 	profile                 string
 	async                   bool
+	canonical               bool
 }
 
 func (c *command) usageError(format string, args ...any) int {
@@ -141,14 +142,14 @@ func (c *command) fail(code int, format string, args ...any) int {
 }
 
 var summaries = map[string]string{
-	"read":   "Read one record and print its status, revision and document.",
+	"read":   "Read one record and print its status, revision (base64, the form --if-revision takes) and document:\nJSON as stored; BSON as Extended JSON that put --bson reads back as the same types (int64 and\nintegral doubles keep their type: {\"$numberLong\":\"7\"}, {\"$numberDouble\":\"1.0\"}); other content types\nas data_base64.",
 	"put":    "Write a complete document (upsert by default; --create, --replace, --if-revision).",
 	"merge":  "Merge an intent into a record with a merge profile (default merge-patch).",
 	"delete": "Delete one record (deleting an absent record is not an error).",
 }
 
 var examples = map[string]string{
-	"read":   "  sink read --namespace shop --dataset orders --key o-1\n",
+	"read":   "  sink read --namespace shop --dataset orders --key o-1\n  sink read -n shop -d events --key e-1 | jq -c .document | sink put -n shop -d events --key e-2 --bson --file -\n",
 	"put":    "  sink put --namespace shop --dataset orders --key o-1 --data '{\"total\":10}'\n  echo '{\"total\":10}' | sink put -n shop -d orders --key o-1 --file - --create\n",
 	"merge":  "  sink merge --namespace shop --dataset orders --key o-1 --data '{\"paid\":true}'\n",
 	"delete": "  sink delete --namespace shop --dataset orders --key o-1\n",
@@ -198,7 +199,7 @@ func (c *command) define() {
 		fs.StringVar(&c.data, "data", "", "the "+what+", inline")
 		fs.StringVar(&c.file, "file", "", "read the "+what+" from this file ('-' = standard input)")
 		fs.StringVar(&c.contentType, "content-type", "application/json", "content type of the "+what)
-		fs.BoolVar(&c.bson, "bson", false, "convert the JSON (relaxed Extended JSON) "+what+" to BSON before sending (automatic when the store accepts only application/bson)")
+		fs.BoolVar(&c.bson, "bson", false, "convert the JSON "+what+" to BSON before sending; Extended JSON (relaxed or canonical, as read prints it) gives the types: 3 is an int32, {\"$numberLong\":\"3\"} an int64 (automatic when the store accepts only application/bson)")
 		fs.BoolVar(&c.async, "async", false, "return once the server's durable queue accepted the write (RETURN_AFTER_ACCEPTED)")
 	}
 	switch c.name {
@@ -206,6 +207,8 @@ func (c *command) define() {
 		fs.BoolVar(&c.create, "create", false, "the record must not exist (mode CREATE)")
 		fs.BoolVar(&c.replace, "replace", false, "the record must exist (mode REPLACE)")
 		fs.StringVar(&c.ifRevision, "if-revision", "", "write only if the record has this revision (as printed by read/put)")
+	case "read":
+		fs.BoolVar(&c.canonical, "canonical", false, "print a BSON document as canonical Extended JSON, every value typed ({\"$numberInt\":\"3\"}); the default types only what plain JSON would lose (int64, integral doubles)")
 	case "merge":
 		fs.StringVar(&c.profile, "profile", "merge-patch", "merge profile")
 	case "delete":

@@ -178,15 +178,6 @@ func jsonToBSON(body []byte) (*sinkv1.Document, error) {
 	return &sinkv1.Document{ContentType: domain.ContentTypeBSON, Data: b}, nil
 }
 
-// bsonToJSON renders a BSON document as relaxed Extended JSON.
-func bsonToJSON(b []byte) (json.RawMessage, error) {
-	out, err := bson.MarshalExtJSON(bson.Raw(b), false, false)
-	if err != nil {
-		return nil, fmt.Errorf("cannot render the BSON document as JSON: %w", err)
-	}
-	return out, nil
-}
-
 func (c *command) transportCredentials() (credentials.TransportCredentials, error) {
 	if !c.tls && c.caFile == "" && c.certFile == "" && c.keyFile == "" {
 		return insecure.NewCredentials(), nil
