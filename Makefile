@@ -23,7 +23,7 @@ all: lint test
 
 help:
 	@echo "make build             build the sink binary into .bin/sink (BINARY=path to change)"
-	@echo "make run               build and run Sink (memory storage unless SINK_MONGODB_URI is set)"
+	@echo "make run               build and run Sink (memory storage unless SINK_MONGODB_URI is set; example merge profiles of examples/profiles.yaml)"
 	@echo "make test              run every test, integration tests included (starts its own servers)"
 	@echo "make test-race         run every test with the race detector"
 	@echo "make test-unit         run the tests that need no MongoDB or Kafka server"
@@ -41,8 +41,14 @@ BINARY ?= $(BIN)/sink
 build:
 	$(GO) build -o $(BINARY) ./cmd/sink
 
+# make run loads the example declarative merge profiles (counter, tally,
+# latest, events, order-status; docs/profiles.md) unless
+# SINK_MERGE_PROFILES_FILE says otherwise (make run SINK_MERGE_PROFILES_FILE=
+# for none).
+SINK_MERGE_PROFILES_FILE ?= examples/profiles.yaml
+
 run: build
-	exec $(BINARY)
+	SINK_MERGE_PROFILES_FILE='$(SINK_MERGE_PROFILES_FILE)' exec $(BINARY)
 
 test:
 	$(GO) test $(TEST_FLAGS) ./...
@@ -71,6 +77,7 @@ FUZZ_TARGETS := \
 	./adapters/kafka:FuzzDecodeMutation \
 	./adapters/mergepatch:FuzzMergeJSON \
 	./adapters/mergepatch:FuzzMergeBSON \
+	./adapters/declarative:FuzzDeclarative \
 	./adapters/mongodb:FuzzStoredDocumentRoundTrip \
 	./adapters/mongodb:FuzzParseBindings \
 	./adapters/auth:FuzzParseAuthorizationFile

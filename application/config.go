@@ -94,6 +94,29 @@ func (p MergePolicy) Validate(name string) error {
 	return errors.Join(errs...)
 }
 
+// BatchPolicy configures natural batching: while a storage call of the
+// service is in flight, the operations of new callers (requests, and the
+// worker's batches) wait; when it returns, everything that waited goes to
+// storage as one batch of at most MaxOps operations (a caller with more
+// goes alone), in arrival order. There is no timer: a caller that finds no
+// call in flight goes to storage at once. Reads and writes batch
+// separately. Merges of one record that wait together fold into one
+// read-modify-write (see applyWave); a fold of a record whose last write
+// was the service's own, in the batch before or earlier in the same batch,
+// starts from that written state instead of reading it (see hintTable).
+// Per-caller results and the order of
+// each record's operations are the same as without batching.
+//
+// Records are spread over Shards shards, each with its own batches, so that
+// up to Shards batches are at storage at once; a caller whose operations
+// address records of several shards (a large request, a worker batch) goes
+// to storage at once, unbatched, as without batching.
+type BatchPolicy struct {
+	Enabled bool
+	MaxOps  int
+	Shards  int
+}
+
 // Config configures the application service.
 type Config struct {
 	// Store is the name of the store this process serves. Requests that
@@ -106,6 +129,8 @@ type Config struct {
 	// Apply bounds the retries of a queued mutation on transient failures
 	// (worker path).
 	Apply RetryPolicy
+	// Batch configures natural batching.
+	Batch BatchPolicy
 	// AsyncDisabledHint is appended to the error returned for
 	// RETURN_AFTER_ACCEPTED requests when no queue is configured; it should
 	// name the settings that enable the queue.
@@ -122,6 +147,7 @@ func DefaultConfig() Config {
 			Timeout:     2 * time.Second,
 		},
 		Apply: RetryPolicy{MaxAttempts: 10, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second},
+		Batch: BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 4},
 	}
 }
 
@@ -132,5 +158,11 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("store name must not be empty"))
 	}
 	errs = append(errs, c.Limits.Validate(), c.Merge.Validate("merge"), c.Apply.Validate("apply retry"))
+	if c.Batch.Enabled && c.Batch.MaxOps < 1 {
+		errs = append(errs, fmt.Errorf("batch: max operations must be at least 1, got %d", c.Batch.MaxOps))
+	}
+	if c.Batch.Enabled && (c.Batch.Shards < 1 || c.Batch.Shards > 1024) {
+		errs = append(errs, fmt.Errorf("batch: shards must be between 1 and 1024, got %d", c.Batch.Shards))
+	}
 	return errors.Join(errs...)
 }

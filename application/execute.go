@@ -10,10 +10,28 @@ import (
 	"github.com/sink-io/sink/ports"
 )
 
+// job is one caller's mutations to apply: the validated mutations
+// work[i], i in valid, whose results go to results[i]. refs names them in
+// their errors. ctx is the caller's: it bounds its merge profiles and ends
+// its wait.
+type job struct {
+	ctx            context.Context
+	work           []domain.Mutation
+	valid          []int
+	results        []WriteResult
+	refs           func(int) opRef
+	blockOnFailure bool
+}
+
 // execute applies the validated mutations work[i], i in valid, writing their
 // results. Mutations of one record run in slice order; each dependency wave
-// (at most one mutation per record) goes to storage as one batch read (for
-// merges) and one batch write.
+// goes to storage as one batch read (for merges) and one batch write, and
+// consecutive merges of one record fold into one read-modify-write (see
+// applyWave).
+//
+// With natural batching (Config.Batch), the mutations of callers that
+// execute at the same time (requests and worker batches) whose records
+// fall in one shard are applied together, in arrival order: see combiner.
 //
 // With blockOnFailure (the worker path), once a mutation fails with a
 // retryable error, later mutations of the same record are not attempted and
@@ -21,149 +39,402 @@ import (
 //
 // refs names the mutations in their errors.
 func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
-	waves := domain.Waves(len(valid), func(j int) domain.RecordID { return work[valid[j]].Address.ID() })
-	var blocked map[domain.RecordID]string
-	for _, wave := range waves {
-		items := make([]int, 0, len(wave))
-		for _, j := range wave {
-			i := valid[j]
-			if blocked != nil {
-				if by, ok := blocked[work[i].Address.ID()]; ok {
-					results[i] = failed(opErrorf(refs(i), fieldAddress, domain.CodeUnavailable,
-						"not attempted: mutation %s before it on the same record failed and must be retried first", by))
+	j := &job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure}
+	shard := -1
+	if s.writes != nil {
+		shard = shardOf(len(s.writes), len(valid), func(k int) domain.RecordID { return work[valid[k]].Address.ID() })
+	}
+	if shard < 0 {
+		s.applyJobs(ctx, []*job{j}, nil)
+		return
+	}
+	if err := s.writes[shard].do(ctx, j); err != nil {
+		for _, i := range valid {
+			results[i] = failed(opError(refs(i), fieldAddress, domain.Wrap(domain.AsError(err).Code, err, "stopped before the mutation was applied")))
+		}
+	}
+}
+
+// runWrites is the write combiner's batch: the jobs of callers that waited
+// together, applied as one.
+func (s *Service) runWrites(batch []*waiter[*job]) {
+	ctx, stop := batchContext(batch)
+	defer stop()
+	jobs := make([]*job, len(batch))
+	for i, w := range batch {
+		jobs[i] = w.item
+	}
+	s.obs.Combined("write", len(jobs))
+	var h *hintTable
+	if s.keepsHints() {
+		// Every job of a batch is on records of the batch's shard.
+		for _, j := range jobs {
+			if len(j.valid) > 0 {
+				h = &s.writes[shardOf(len(s.writes), 1, func(int) domain.RecordID { return j.work[j.valid[0]].Address.ID() })].hints
+				h.begin()
+				break
+			}
+		}
+	}
+	s.applyJobs(ctx, jobs, h)
+}
+
+// readBackReporter is optionally implemented by a storage to tell whether
+// a read of a record right after a successful put returns exactly the
+// document written (content type and bytes), as the storage port's
+// contract and its conformance suite require. A storage that implements it
+// and returns false gets no last-written-state hints (see hintTable): every
+// fold of merges then reads its record.
+type readBackReporter interface {
+	ReadsBackWrites() bool
+}
+
+// keepsHints reports whether the service keeps last-written-state hints:
+// with natural batching, unless the storage says it does not read back
+// what it was given.
+func (s *Service) keepsHints() bool {
+	if s.writes == nil {
+		return false
+	}
+	r, ok := s.storage.(readBackReporter)
+	return !ok || r.ReadsBackWrites()
+}
+
+// dropHint forgets the hint of a record written outside its shard's
+// batches.
+func (s *Service) dropHint(id domain.RecordID) {
+	if s.writes != nil {
+		s.writes[shardOf(len(s.writes), 1, func(int) domain.RecordID { return id })].hints.drop(id)
+	}
+}
+
+// item is one mutation of a job.
+type item struct {
+	j *job
+	i int
+}
+
+func (it item) m() *domain.Mutation { return &it.j.work[it.i] }
+func (it item) ref() opRef          { return it.j.refs(it.i) }
+
+// setWrite sets the result of a storage write (naming the operation
+// only for an error).
+func (it item) setWrite(r ports.WriteResult) {
+	ref := opRef{}
+	if r.Err != nil {
+		ref = it.ref()
+	}
+	it.j.results[it.i] = writeResult(ref, it.m(), r)
+}
+
+func (it item) fail(err *domain.Error) { it.j.results[it.i] = failed(err) }
+func (it item) rid() domain.RecordID   { return it.j.work[it.i].Address.ID() }
+func (it item) merge() bool            { return it.j.work[it.i].Kind == domain.MutationMerge }
+func (it item) retryableFailure() bool { e := it.j.results[it.i].Err; return e != nil && e.Retryable }
+
+// unit is what one wave does to one record: one put or delete, or a fold of
+// consecutive merges (in arrival order) applied as one read-modify-write.
+type unit []item
+
+// blockKey names a record of one job (blocking is per job).
+type blockKey struct {
+	j   *job
+	rid domain.RecordID
+}
+
+// applyJobs applies the jobs' valid mutations, in job order. Each record's
+// mutations form a sequence of units (a put, a delete, or a run of
+// consecutive merges folded into one); unit k of every record goes to wave
+// k, so that a wave touches each record at most once and a fold never
+// crosses a put or delete of its record.
+//
+// h holds the hints of the jobs' shard when the jobs are a batch of its
+// combiner, nil otherwise (see applyWave).
+func (s *Service) applyJobs(ctx context.Context, jobs []*job, h *hintTable) {
+	if len(jobs) == 1 && len(jobs[0].valid) == 1 { // one mutation: one unit, one wave
+		s.applyWave(ctx, []unit{{item{jobs[0], jobs[0].valid[0]}}}, h)
+		return
+	}
+	type seq struct {
+		n    int // units so far
+		last int // index of the record's last unit in its wave, -1 for none
+	}
+	n := 0
+	for _, j := range jobs {
+		n += len(j.valid)
+	}
+	var waves [][]unit
+	records := make(map[domain.RecordID]seq, n)
+	for _, j := range jobs {
+		for _, i := range j.valid {
+			it := item{j, i}
+			rid := it.rid()
+			r, ok := records[rid]
+			if !ok {
+				r = seq{last: -1}
+			}
+			if r.last >= 0 && it.merge() {
+				w := waves[r.n-1]
+				if u := w[r.last]; u[0].merge() {
+					w[r.last] = append(u, it)
 					continue
 				}
 			}
-			items = append(items, i)
-		}
-		s.applyWave(ctx, work, items, results, refs)
-		if !blockOnFailure {
-			continue
-		}
-		for _, i := range items {
-			if e := results[i].Err; e != nil && e.Retryable {
-				if blocked == nil {
-					blocked = make(map[domain.RecordID]string)
+			if r.n == len(waves) {
+				var w []unit
+				if r.n == 0 {
+					w = make([]unit, 0, n) // every record has a unit in the first wave
 				}
-				blocked[work[i].Address.ID()] = work[i].ID
+				waves = append(waves, w)
+			}
+			waves[r.n] = append(waves[r.n], unit{it})
+			r.last = len(waves[r.n]) - 1
+			r.n++
+			records[rid] = r
+		}
+	}
+	var blocked map[blockKey]string
+	for _, wave := range waves {
+		units := wave[:0:0]
+		for _, u := range wave {
+			if blocked != nil {
+				kept := u[:0:0]
+				for _, it := range u {
+					if by, ok := blocked[blockKey{it.j, it.rid()}]; ok {
+						it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeUnavailable,
+							"not attempted: mutation %s before it on the same record failed and must be retried first", by))
+						continue
+					}
+					kept = append(kept, it)
+				}
+				u = kept
+			}
+			if len(u) > 0 {
+				units = append(units, u)
+			}
+		}
+		s.applyWave(ctx, units, h)
+		for _, u := range units {
+			for _, it := range u {
+				if it.j.blockOnFailure && it.retryableFailure() {
+					if blocked == nil {
+						blocked = make(map[blockKey]string)
+					}
+					k := blockKey{it.j, it.rid()}
+					if _, ok := blocked[k]; !ok {
+						blocked[k] = it.m().ID
+					}
+				}
 			}
 		}
 	}
 }
 
-// applyWave applies mutations on distinct records: one storage read for the
-// merges, one storage write for everything, then merge retries on conflict.
-func (s *Service) applyWave(ctx context.Context, work []domain.Mutation, items []int, results []WriteResult, refs func(int) opRef) {
-	if len(items) == 0 {
+// applyWave applies units on distinct records: one storage read for the
+// folds of merges, one storage write for everything, then fold retries on
+// conflict.
+//
+// A fold reads its record once, runs its merges' profiles one after another
+// in arrival order, each on the result of the one before, and writes the
+// last result once, conditional on the revision it read. A merge whose
+// profile fails gets its own error; the next one applies to the last good
+// document. Every merge of a fold that was written reports the revision of
+// that single write. When the write meets a concurrent change, the whole
+// fold is retried: re-read, every merge applied again.
+//
+// With hints (h, the shard's hintTable, when the wave is part of a batch of
+// its combiner), a fold of a record the service itself wrote last starts
+// from that written state instead of reading it; the write is still
+// conditional on its revision. Every successful put (of a document or of a
+// fold) leaves a hint; a conflict, a failed or unknown outcome, or a delete
+// drops it. Without h (a caller outside the batches), the wave only drops
+// the hints of the records it writes.
+func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
+	if len(units) == 0 {
 		return
 	}
-	ops := make([]ports.WriteOp, 0, len(items))
-	owners := make([]int, 0, len(items))
-	var merges []int
-	for _, i := range items {
-		m := &work[i]
+	ops := make([]ports.WriteOp, 0, len(units))
+	owners := make([]unit, 0, len(units))
+	var folds []unit
+	for _, u := range units {
+		it := u[0]
+		m := it.m()
 		switch m.Kind {
 		case domain.MutationPut:
 			ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: m.Document, Condition: putCondition(m)})
-			owners = append(owners, i)
+			owners = append(owners, u)
 		case domain.MutationDelete:
 			c := ports.Condition{Kind: ports.ConditionNone}
 			if !m.ExpectedRevision.IsZero() {
 				c = ports.Condition{Kind: ports.ConditionRevision, Revision: m.ExpectedRevision}
 			}
 			ops = append(ops, ports.WriteOp{Kind: ports.WriteDelete, Address: m.Address, Condition: c})
-			owners = append(owners, i)
+			owners = append(owners, u)
 		case domain.MutationMerge:
-			merges = append(merges, i)
+			folds = append(folds, u)
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		if len(merges) > 0 {
-			mops, mowners := s.prepareMerges(ctx, work, merges, results, refs)
+		var written [][]item // per write op: the fold members it carries (nil for puts and deletes)
+		if len(folds) > 0 {
+			written = make([][]item, len(ops), len(ops)+len(folds))
+			mops, mowners, members := s.prepareFolds(ctx, folds, h)
 			ops = append(ops, mops...)
 			owners = append(owners, mowners...)
+			written = append(written, members...)
 		}
+		var again []unit
 		if len(ops) > 0 {
 			start := time.Now()
 			got := s.storage.Write(ctx, ops)
 			s.obs.StorageCall("write", len(ops), time.Since(start))
 			for k, r := range got {
-				results[owners[k]] = writeResult(refs(owners[k]), &work[owners[k]], r)
-			}
-		}
-		// Merges whose conditional write met a concurrent change are retried.
-		var again []int
-		for _, i := range merges {
-			if e := results[i].Err; e != nil && conflict(e.Code) {
-				again = append(again, i)
+				if k < len(ops) {
+					rid := ops[k].Address.ID()
+					switch {
+					case h == nil:
+						s.dropHint(rid)
+					case r.Err == nil && ops[k].Kind == ports.WritePut:
+						h.set(rid, ops[k].Document, r.Revision)
+					default:
+						h.drop(rid)
+					}
+				}
+				if written == nil || written[k] == nil {
+					it := owners[k][0]
+					it.setWrite(r)
+					continue
+				}
+				if r.Err != nil && conflict(domain.CodeOf(r.Err)) {
+					again = append(again, owners[k])
+					continue
+				}
+				for _, it := range written[k] {
+					it.setWrite(r)
+				}
 			}
 		}
 		if len(again) == 0 {
 			return
 		}
-		for _, i := range again {
-			s.obs.MergeConflict(work[i].Merge.Profile)
+		for _, u := range again {
+			for _, it := range u {
+				s.obs.MergeConflict(it.m().Merge.Profile)
+			}
 		}
 		if attempt >= s.cfg.Merge.MaxAttempts || !sleep(ctx, s.cfg.Merge.backoff(attempt)) {
-			for _, i := range again {
-				if ctx.Err() != nil {
-					results[i] = failed(opError(refs(i), fieldAddress, ctx.Err()))
-					continue
+			for _, u := range again {
+				for _, it := range u {
+					if err := it.j.ctx.Err(); err != nil {
+						it.fail(opError(it.ref(), fieldAddress, err))
+						continue
+					}
+					if ctx.Err() != nil {
+						it.fail(opError(it.ref(), fieldAddress, ctx.Err()))
+						continue
+					}
+					it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeAborted,
+						"merge kept conflicting with concurrent writes of the same record after %d attempts", attempt))
 				}
-				results[i] = failed(opErrorf(refs(i), fieldAddress, domain.CodeAborted,
-					"merge kept conflicting with concurrent writes of the same record after %d attempts", attempt))
 			}
 			return
 		}
-		merges, ops, owners = again, ops[:0], owners[:0]
+		folds, ops, owners = again, ops[:0], owners[:0]
 	}
 }
 
-// prepareMerges reads the merge targets and runs their profiles. Merges that
-// fail here get their result; the others become conditional writes.
-func (s *Service) prepareMerges(ctx context.Context, work []domain.Mutation, merges []int, results []WriteResult, refs func(int) opRef) ([]ports.WriteOp, []int) {
-	addrs := make([]domain.Address, len(merges))
-	for k, i := range merges {
-		addrs[k] = work[i].Address
-	}
-	start := time.Now()
-	current := s.storage.Read(ctx, addrs)
-	s.obs.StorageCall("read", len(addrs), time.Since(start))
-	ops := make([]ports.WriteOp, 0, len(merges))
-	owners := make([]int, 0, len(merges))
-	for k, i := range merges {
-		m := &work[i]
-		ref := refs(i)
-		r := current[k]
-		if r.Err != nil {
-			results[i] = failed(opError(ref, fieldAddress, r.Err))
+// prepareFolds reads the folds' records (those with a hint in h start from
+// it instead) and runs their merges' profiles. Merges that fail here get
+// their result; each fold with at least one merge that succeeded becomes
+// one conditional write, returned with the merges it carries.
+func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) ([]ports.WriteOp, []unit, [][]item) {
+	current := make([]ports.ReadResult, len(folds))
+	var addrs []domain.Address
+	var unread []int // folds to read: indexes into folds
+	for k, u := range folds {
+		a := u[0].m().Address
+		if st, ok := h.get(a.ID()); ok {
+			current[k] = ports.ReadResult{Found: true, Record: domain.Record{Document: st.doc, Revision: st.rev}}
 			continue
 		}
-		p := s.profiles[m.Merge.Profile]
+		addrs = append(addrs, a)
+		unread = append(unread, k)
+	}
+	if len(addrs) > 0 {
+		start := time.Now()
+		got := s.storage.Read(ctx, addrs)
+		s.obs.StorageCall("read", len(addrs), time.Since(start))
+		for n, k := range unread {
+			current[k] = got[n]
+		}
+	}
+	ops := make([]ports.WriteOp, 0, len(folds))
+	owners := make([]unit, 0, len(folds))
+	members := make([][]item, 0, len(folds))
+	for k, u := range folds {
+		r := current[k]
+		if r.Err != nil {
+			for _, it := range u {
+				it.fail(opError(it.ref(), fieldAddress, r.Err))
+			}
+			continue
+		}
 		var cur *domain.Document
 		cond := ports.Condition{Kind: ports.ConditionAbsent}
 		if r.Found {
 			cur = &r.Record.Document
 			cond = ports.Condition{Kind: ports.ConditionRevision, Revision: r.Record.Revision}
-			if !s.accepts(p, cur.ContentType) {
-				results[i] = failed(invalid(ref, fieldAddress, "the record holds a document of content type %q, which merge profile %q cannot merge into (it accepts %s)",
-					cur.ContentType, p.Name(), strings.Join(p.ContentTypes(), ", ")))
+		}
+		var applied []item
+		var stopped map[*job]string // blockOnFailure jobs with a retryable failure in this fold
+		for _, it := range u {
+			if by, ok := stopped[it.j]; ok {
+				it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeUnavailable,
+					"not attempted: mutation %s before it on the same record failed and must be retried first", by))
 				continue
 			}
+			doc, err := s.mergeOne(it, cur)
+			if err != nil {
+				it.fail(err)
+				if it.j.blockOnFailure && err.Retryable {
+					if stopped == nil {
+						stopped = make(map[*job]string)
+					}
+					stopped[it.j] = it.m().ID
+				}
+				continue
+			}
+			cur = &doc
+			applied = append(applied, it)
 		}
-		doc, err := s.runProfile(ctx, ref, p, ports.MergeInput{Address: m.Address, Current: cur, Intent: m.Merge.Intent, Accept: s.storage.ContentTypes()})
-		if err != nil {
-			results[i] = failed(err)
+		if len(applied) == 0 {
 			continue
 		}
-		if err := s.checkMergeResult(ref, p, m, doc); err != nil {
-			results[i] = failed(err)
-			continue
-		}
-		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: doc, Condition: cond})
-		owners = append(owners, i)
+		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: u[0].m().Address, Document: *cur, Condition: cond})
+		owners = append(owners, u)
+		members = append(members, applied)
 	}
-	return ops, owners
+	return ops, owners, members
+}
+
+// mergeOne runs the profile of one merge on cur (nil: no record) within
+// the merge's time budget and checks its result.
+func (s *Service) mergeOne(it item, cur *domain.Document) (domain.Document, *domain.Error) {
+	m := it.m()
+	ref := it.ref()
+	p := s.profiles[m.Merge.Profile]
+	if cur != nil && !s.accepts(p, cur.ContentType) {
+		return domain.Document{}, invalid(ref, fieldAddress, "the record holds a document of content type %q, which merge profile %q cannot merge into (it accepts %s)",
+			cur.ContentType, p.Name(), strings.Join(p.ContentTypes(), ", "))
+	}
+	doc, err := s.runProfile(it.j.ctx, ref, p, ports.MergeInput{Address: m.Address, Current: cur, Intent: m.Merge.Intent, Accept: s.storage.ContentTypes()})
+	if err != nil {
+		return domain.Document{}, err
+	}
+	if err := s.checkMergeResult(ref, p, m, doc); err != nil {
+		return domain.Document{}, err
+	}
+	return doc, nil
 }
 
 // runProfile runs one merge within its budget: the profile gets a context

@@ -34,6 +34,13 @@ type Service struct {
 	obs       ports.Observer
 	// requirePrincipal: see RequirePrincipal (authorize.go).
 	requirePrincipal bool
+	// fingerprintPolicy: see WithFingerprintPolicy (fingerprint.go).
+	fingerprintPolicy FingerprintPolicy
+	// writes and reads batch concurrent callers' storage work (natural
+	// batching, Config.Batch), one combiner per shard of records; nil when
+	// it is off.
+	writes []*combiner[*job]
+	reads  []*combiner[*readJob]
 }
 
 // Option customizes a Service.
@@ -78,8 +85,8 @@ func NewService(cfg Config, storage ports.Storage, profiles []ports.MergeProfile
 		if name == "" {
 			return nil, fmt.Errorf("cannot register merge profile %T: empty name", p)
 		}
-		if _, dup := s.profiles[name]; dup {
-			return nil, fmt.Errorf("cannot register merge profile %q twice", name)
+		if other, dup := s.profiles[name]; dup {
+			return nil, fmt.Errorf("cannot register merge profile %q twice: it is defined by %s and by %s", name, profileOrigin(other), profileOrigin(p))
 		}
 		if len(p.ContentTypes()) == 0 {
 			return nil, fmt.Errorf("cannot register merge profile %q: it declares no content types", name)
@@ -95,6 +102,14 @@ func NewService(cfg Config, storage ports.Storage, profiles []ports.MergeProfile
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if cfg.Batch.Enabled {
+		s.writes = make([]*combiner[*job], cfg.Batch.Shards)
+		s.reads = make([]*combiner[*readJob], cfg.Batch.Shards)
+		for k := range s.writes {
+			s.writes[k] = &combiner[*job]{max: cfg.Batch.MaxOps, size: func(j *job) int { return len(j.valid) }, run: s.runWrites}
+			s.reads[k] = &combiner[*readJob]{max: cfg.Batch.MaxOps, size: func(j *readJob) int { return len(j.addrs) }, run: s.runReads}
+		}
 	}
 	return s, nil
 }
@@ -179,9 +194,7 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	if len(valid) == 0 {
 		return results, nil
 	}
-	start := time.Now()
-	got := s.storage.Read(ctx, valid)
-	s.obs.StorageCall("read", len(valid), time.Since(start))
+	got := s.readStorage(ctx, valid)
 	for j, r := range got {
 		i := pos[j]
 		switch {
@@ -273,11 +286,16 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 			results[i] = failed(err)
 			continue
 		}
-		if m.ID == "" {
-			m.ID = NewMutationID()
-		}
-		if m.SubmittedAt.IsZero() {
-			m.SubmittedAt = now
+		// Only queued mutations need an id and a submission time (the
+		// worker's results and logs name them by id).
+		if completion == ReturnAfterAccepted {
+			if m.ID == "" {
+				m.ID = NewMutationID()
+			}
+			if m.SubmittedAt.IsZero() {
+				m.SubmittedAt = now
+			}
+			s.stampFingerprint(m)
 		}
 		v.admitted[i] = true
 		valid = append(valid, i)

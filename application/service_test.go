@@ -130,12 +130,13 @@ func TestWavesBatchIndependentRecordsIntoOneStorageCall(t *testing.T) {
 			t.Fatalf("op %d: %v %v", i, r.Status, r.Err)
 		}
 	}
-	// Waves: {a,b,c,d} {a(merge),b(merge)} {a(merge)} -> three storage writes.
-	if len(rec.writes) != 3 || len(rec.writes[0]) != 4 || len(rec.writes[1]) != 2 || len(rec.writes[2]) != 1 {
+	// Waves: {a,b,c,d} {a(merge, merge folded),b(merge)} -> two storage
+	// writes: the two consecutive merges of a fold into one write.
+	if len(rec.writes) != 2 || len(rec.writes[0]) != 4 || len(rec.writes[1]) != 2 {
 		t.Fatalf("storage write calls: %d with sizes %v", len(rec.writes), sizes(rec.writes))
 	}
 	// One batch read per wave that holds merges.
-	if len(rec.reads) != 2 || len(rec.reads[0]) != 2 {
+	if len(rec.reads) != 1 || len(rec.reads[0]) != 2 {
 		t.Fatalf("storage read calls: %v", rec.reads)
 	}
 	if value(t, s, "a") != 111 || value(t, s, "b") != 7 {

@@ -33,6 +33,10 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 			outcomes[i] = ports.ApplyOutcome{Err: err, Attempts: 1}
 			continue
 		}
+		if err := s.checkFingerprint(refs(i), &work[i]); err != nil {
+			outcomes[i] = ports.ApplyOutcome{Err: err, Attempts: 1}
+			continue
+		}
 		valid[i] = true
 		pending = append(pending, i)
 	}

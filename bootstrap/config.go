@@ -40,8 +40,14 @@ type Config struct {
 	MaxRequestBytes  int `env:"SINK_MAX_REQUEST_BYTES" envDefault:"33554432" desc:"Maximum total size of the keys and documents of one request, in bytes."`
 	MaxNestingDepth  int `env:"SINK_MAX_NESTING_DEPTH" envDefault:"100" desc:"Maximum nesting of objects and arrays below the top level of a merged document, its merge intent and the result (at most 10000; MongoDB itself stops at 100). Deeper input fails with INVALID_ARGUMENT."`
 
-	MergeMaxAttempts int           `env:"SINK_MERGE_MAX_ATTEMPTS" envDefault:"32" desc:"Attempts of one merge's read-modify-write when concurrent writes keep changing the record."`
-	MergeTimeout     time.Duration `env:"SINK_MERGE_TIMEOUT" envDefault:"2s" desc:"Time budget of one run of a merge profile. A merge that takes longer is stopped and fails with RESOURCE_EXHAUSTED, not retryable (the same merge would take as long again; the worker dead-letters it at once). A client deadline or cancel that comes first stops it too, with DEADLINE_EXCEEDED or CANCELLED."`
+	MergeMaxAttempts       int           `env:"SINK_MERGE_MAX_ATTEMPTS" envDefault:"32" desc:"Attempts of one merge's read-modify-write when concurrent writes keep changing the record."`
+	MergeProfilesFile      string        `env:"SINK_MERGE_PROFILES_FILE" envDefault:"" desc:"YAML or JSON file of declarative merge profiles (rules over JSON Pointer paths with CEL expressions; docs/profiles.md), loaded at start-up by every role. Any problem in the file, or a profile name that another profile already has, stops start-up. Empty: none."`
+	MergeFingerprintPolicy string        `env:"SINK_MERGE_FINGERPRINT_POLICY" envDefault:"apply" desc:"What a worker does with a queued merge whose declarative profile (SINK_MERGE_PROFILES_FILE) has another definition than when the merge was submitted (its fingerprint differs): apply (with the current definition) or dead-letter. Either way it is counted in sink_merge_fingerprint_mismatches_total."`
+	MergeTimeout           time.Duration `env:"SINK_MERGE_TIMEOUT" envDefault:"2s" desc:"Time budget of one run of a merge profile. A merge that takes longer is stopped and fails with RESOURCE_EXHAUSTED, not retryable (the same merge would take as long again; the worker dead-letters it at once). A client deadline or cancel that comes first stops it too, with DEADLINE_EXCEEDED or CANCELLED."`
+
+	BatchSingleOps bool `env:"SINK_BATCH_SINGLE_OPS" envDefault:"true" desc:"Natural batching: while a storage call is in flight, the operations of new requests (single-record requests above all) wait and then go to storage together as one batch, in arrival order, with the same per-operation results and the same order of each record's operations; merges of one record that wait together fold into one read-modify-write. No timer: with nothing in flight an operation goes to storage at once. Requests whose records span several shards (SINK_BATCH_SHARDS) are not batched."`
+	BatchMaxOps    int  `env:"SINK_BATCH_MAX_OPS" envDefault:"1000" desc:"Most operations in one natural batch; a request with more goes alone."`
+	BatchShards    int  `env:"SINK_BATCH_SHARDS" envDefault:"4" desc:"Natural batching: records are spread over this many shards, each with at most one batch at storage at a time (1 to 1024)."`
 
 	MongoDB MongoDBConfig
 	Kafka   KafkaConfig
@@ -187,6 +193,13 @@ func (c Config) validate(unparsed map[string]bool) error {
 		add("SINK_MAX_NESTING_DEPTH must be at most 10000, got %d", c.MaxNestingDepth)
 	}
 	positive("SINK_MERGE_MAX_ATTEMPTS", c.MergeMaxAttempts)
+	if c.MergeFingerprintPolicy != "apply" && c.MergeFingerprintPolicy != "dead-letter" {
+		add("SINK_MERGE_FINGERPRINT_POLICY must be apply or dead-letter, got %q", c.MergeFingerprintPolicy)
+	}
+	positive("SINK_BATCH_MAX_OPS", c.BatchMaxOps)
+	if c.BatchShards < 1 || c.BatchShards > 1024 {
+		add("SINK_BATCH_SHARDS must be between 1 and 1024, got %d", c.BatchShards)
+	}
 	if c.MergeTimeout <= 0 && !unparsed["SINK_MERGE_TIMEOUT"] {
 		add("SINK_MERGE_TIMEOUT must be positive, got %s", c.MergeTimeout)
 	}
@@ -261,6 +274,7 @@ func (c Config) Application() application.Config {
 	}
 	a.Merge.MaxAttempts = c.MergeMaxAttempts
 	a.Merge.Timeout = c.MergeTimeout
+	a.Batch = application.BatchPolicy{Enabled: c.BatchSingleOps, MaxOps: c.BatchMaxOps, Shards: c.BatchShards}
 	a.Apply.MaxAttempts = c.Kafka.ApplyMaxAttempts
 	a.Apply.MaxBackoff = c.Kafka.ApplyMaxBackoff
 	if a.Apply.BaseBackoff > a.Apply.MaxBackoff {

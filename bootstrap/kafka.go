@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/fx"
 
@@ -100,32 +101,76 @@ func KafkaModule() fx.Option {
 	)
 }
 
-// WorkerModule runs the worker: the batch consumer of the mutation log,
-// applying mutations through the application service (the same execution
-// path as WAIT_UNTIL_APPLIED) and dead-lettering permanent failures. On stop
-// it finishes the current batch within the shutdown timeout, commits what
+// WorkerTransport is the Watermill Pub/Sub of the worker: the subscriber
+// of the mutation log (SINK_KAFKA_TOPIC) and the publisher of its dead
+// letters (SINK_KAFKA_DEAD_LETTER_TOPIC). WorkerModule provides the Kafka
+// one (kafka.Subscriber on the process's client); QueuePubSub replaces it.
+type WorkerTransport struct {
+	Subscriber  message.Subscriber
+	DeadLetters message.Publisher
+}
+
+// QueuePubSub replaces the Kafka transport of the mutation queue and of
+// the worker with another Watermill Pub/Sub (for example Watermill's
+// in-memory GoChannel in tests): the queue publishes to pub, the worker
+// subscribes to sub and writes dead letters to deadLetters. The Kafka
+// client is still created from the configuration but carries no
+// mutations. The worker applies a message without Kafka batch metadata on
+// its own, so the Pub/Sub must deliver one record's messages in order and
+// one at a time (GoChannel does with BlockPublishUntilSubscriberAck).
+func QueuePubSub(pub message.Publisher, sub message.Subscriber, deadLetters message.Publisher) fx.Option {
+	return fx.Options(
+		fx.Decorate(func(cfg Config, _ ports.MutationQueue) (ports.MutationQueue, error) {
+			return kafka.NewQueue(pub, kafka.QueueConfig{Topic: cfg.Kafka.Topic, PublishTimeout: cfg.Kafka.PublishTimeout})
+		}),
+		fx.Decorate(func(WorkerTransport) WorkerTransport {
+			return WorkerTransport{Subscriber: sub, DeadLetters: deadLetters}
+		}),
+	)
+}
+
+// WorkerModule runs the worker: a Watermill Router (kafka.Worker) whose
+// handler applies the mutation log through the application service (the
+// same execution path as WAIT_UNTIL_APPLIED) in batches of up to
+// SINK_KAFKA_MAX_POLL_RECORDS and dead-letters permanent failures. On stop
+// it finishes the batch in flight within the shutdown timeout, commits what
 // finished, and the Kafka client then leaves the group.
 func WorkerModule() fx.Option {
 	return fx.Module("worker",
-		fx.Provide(func(cfg Config, log *slog.Logger, cl *kgo.Client, pub *kafka.Publisher, svc *application.Service, obs ports.Observer) (*kafka.Consumer, error) {
-			return kafka.NewConsumer(cl, pub, svc, kafka.ConsumerConfig{
-				Topic:           cfg.Kafka.Topic,
-				DeadLetterTopic: cfg.Kafka.DeadLetter(),
-				MaxPollRecords:  cfg.Kafka.MaxPollRecords,
-				Logger:          log,
-				Observer:        obs,
-			})
-		}),
-		fx.Invoke(func(lc fx.Lifecycle, sd fx.Shutdowner, log *slog.Logger, c *kafka.Consumer) {
+		fx.Provide(
+			func(cfg Config, log *slog.Logger, cl *kgo.Client, pub *kafka.Publisher, obs ports.Observer) (WorkerTransport, error) {
+				sub, err := kafka.NewSubscriber(cl, kafka.SubscriberConfig{
+					Topic:          cfg.Kafka.Topic,
+					MaxPollRecords: cfg.Kafka.MaxPollRecords,
+					CloseTimeout:   cfg.ShutdownTimeout,
+					Logger:         log,
+					Observer:       obs,
+				})
+				if err != nil {
+					return WorkerTransport{}, err
+				}
+				return WorkerTransport{Subscriber: sub, DeadLetters: pub}, nil
+			},
+			func(cfg Config, log *slog.Logger, tr WorkerTransport, svc *application.Service, obs ports.Observer) (*kafka.Worker, error) {
+				return kafka.NewWorker(tr.Subscriber, tr.DeadLetters, svc, kafka.WorkerConfig{
+					Topic:           cfg.Kafka.Topic,
+					DeadLetterTopic: cfg.Kafka.DeadLetter(),
+					MaxBatch:        cfg.Kafka.MaxPollRecords,
+					Logger:          log,
+					Observer:        obs,
+				})
+			},
+		),
+		fx.Invoke(func(lc fx.Lifecycle, sd fx.Shutdowner, log *slog.Logger, w *kafka.Worker) {
 			var stopping sync.Mutex
 			stopped := false
 			lc.Append(fx.Hook{
 				OnStart: func(context.Context) error {
-					if err := c.Start(); err != nil {
+					if err := w.Start(); err != nil {
 						return err
 					}
 					go func() {
-						<-c.Done()
+						<-w.Done()
 						stopping.Lock()
 						defer stopping.Unlock()
 						if !stopped {
@@ -139,7 +184,7 @@ func WorkerModule() fx.Option {
 					stopping.Lock()
 					stopped = true
 					stopping.Unlock()
-					if err := c.Stop(ctx); err != nil {
+					if err := w.Stop(ctx); err != nil {
 						return fmt.Errorf("cannot stop the worker cleanly: %w", err)
 					}
 					return nil
@@ -151,20 +196,20 @@ func WorkerModule() fx.Option {
 
 // WorkerHealthModule adds the worker's health to the HTTP operations
 // endpoint (SINK_HTTP_ADDRESS, observability.go), the worker role's only
-// listener: readiness (/readyz) requires the consume loop to run, and
-// GET /healthz answers 200 while the consume loop runs and storage answers
+// listener: readiness (/readyz) requires the worker's router to run, and
+// GET /healthz answers 200 while the router runs and storage answers
 // a ping within 2 s, 503 otherwise, with a small JSON body.
 func WorkerHealthModule() fx.Option {
 	return fx.Module("worker-health",
-		HealthCheck("worker", func(c *kafka.Consumer) ports.HealthChecker {
+		HealthCheck("worker", func(c *kafka.Worker) ports.HealthChecker {
 			return ports.HealthCheckFunc(func(context.Context) error {
 				if !c.Running() {
-					return errors.New("the consume loop is not running")
+					return errors.New("the worker's router is not running")
 				}
 				return nil
 			})
 		}),
-		HTTPRoutes(func(c *kafka.Consumer, st ports.Storage) HTTPRoute {
+		HTTPRoutes(func(c *kafka.Worker, st ports.Storage) HTTPRoute {
 			return HTTPRoute{Pattern: "GET /healthz", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				body := map[string]any{"status": "SERVING", "worker": "running", "storage": "ok"}
 				code := http.StatusOK

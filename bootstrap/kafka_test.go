@@ -41,7 +41,7 @@ func TestRolesAssemble(t *testing.T) {
 			var q ports.MutationQueue
 			var cl *kgo.Client
 			opts := []fx.Option{fx.Populate(&q, &cl)}
-			var c *kafka.Consumer
+			var c *kafka.Worker
 			if mode != ModeServer {
 				opts = append(opts, fx.Populate(&c))
 			}

@@ -68,11 +68,12 @@ func StorageModule() fx.Option {
 	)
 }
 
-// ProfilesModule registers the built-in merge profiles.
+// ProfilesModule registers the built-in merge profiles and those of
+// SINK_MERGE_PROFILES_FILE (declarative.go).
 func ProfilesModule() fx.Option {
 	return fx.Module("profiles", MergeProfile(func(cfg Config) mergepatch.Profile {
 		return mergepatch.New(mergepatch.WithMaxDepth(cfg.MaxNestingDepth))
-	}))
+	}), declarativeProfiles())
 }
 
 type serviceParams struct {
@@ -89,7 +90,7 @@ type serviceParams struct {
 func ApplicationModule() fx.Option {
 	return fx.Module("application",
 		fx.Provide(func(p serviceParams) (*application.Service, error) {
-			opts := []application.Option{application.WithLogger(p.Log)}
+			opts := []application.Option{application.WithLogger(p.Log), application.WithFingerprintPolicy(application.FingerprintPolicy(p.Config.MergeFingerprintPolicy))}
 			if p.Observer != nil {
 				opts = append(opts, application.WithObserver(p.Observer))
 			}

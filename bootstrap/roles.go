@@ -130,6 +130,8 @@ func Main(args []string, extra ...fx.Option) int {
 			return cli.Main(args)
 		case "hash-token":
 			return HashTokenMain(args[1:], os.Stdin, os.Stdout, os.Stderr)
+		case "profiles":
+			return ProfilesMain(args[1:], os.Stdout, os.Stderr)
 		default:
 			fmt.Fprintf(os.Stderr, "sink: unknown command %q\n\n%s", args[0], usage)
 			return 2
@@ -160,5 +162,6 @@ Commands:
   merge          merge an intent into a record (sink merge --help)
   delete         delete a record (sink delete --help)
   hash-token     hash a bearer token for SINK_AUTH_TOKEN_FILE (sink hash-token --help)
+  profiles       check a merge profiles file or try a merge without a server (sink profiles help)
   help           show this help
 `

@@ -54,6 +54,11 @@ func (k MutationKind) String() string {
 type MergeIntent struct {
 	Profile string
 	Intent  Document
+	// Fingerprint identifies the profile's definition when the merge was
+	// submitted to the queue (profiles loaded from a file have one; empty
+	// otherwise), so that the worker can tell whether its profile of the
+	// same name is the same definition.
+	Fingerprint string
 }
 
 // SourcePosition locates a queued mutation in its log (for Kafka: partition

@@ -22,6 +22,7 @@ import (
 	"github.com/sink-io/sink/integration/kafkatest"
 	"github.com/sink-io/sink/integration/sinktest"
 	"github.com/sink-io/sink/ports"
+	"github.com/sink-io/sink/ports/storagetest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -176,7 +177,7 @@ func BenchmarkWorkerApply(b *testing.B) {
 		newService := func(b *testing.B) *application.Service {
 			var st ports.Storage = memory.New()
 			if rtt > 0 {
-				st = slowStorage{Storage: st, rtt: rtt}
+				st = storagetest.NewDelayed(st, rtt)
 			}
 			svc, err := application.NewService(application.DefaultConfig(), st, []ports.MergeProfile{mergepatch.New()},
 				application.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -210,20 +211,4 @@ func BenchmarkWorkerApply(b *testing.B) {
 			reportRate(b, benchBatch, "mutations/s")
 		})
 	}
-}
-
-// slowStorage adds a fixed round trip to every Read and Write call.
-type slowStorage struct {
-	ports.Storage
-	rtt time.Duration
-}
-
-func (s slowStorage) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
-	time.Sleep(s.rtt)
-	return s.Storage.Read(ctx, addrs)
-}
-
-func (s slowStorage) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
-	time.Sleep(s.rtt)
-	return s.Storage.Write(ctx, ops)
 }

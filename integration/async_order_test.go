@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sink-io/sink/adapters/mergepatch"
-	"github.com/sink-io/sink/integration/kafkatest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -22,14 +21,17 @@ import (
 // its final state.
 func TestAsyncOrderPerRecord(t *testing.T) {
 	asyncSkipShort(t)
+	forEachTransport(t, 4, func(t *testing.T, tr *asyncTransport) {
+		testAsyncOrderPerRecord(t, tr.startAll(t, map[string]string{"SINK_KAFKA_MAX_POLL_RECORDS": "500"}).Client)
+	})
+}
+
+func testAsyncOrderPerRecord(t *testing.T, c sinkv1.SinkClient) {
 	const (
 		clients   = 8
 		records   = 100
 		mutations = 5000
 	)
-	brokers := kafkatest.InProcess(t, kafkatest.Topics(asyncTopic, asyncDLT), kafkatest.Partitions(4))
-	s := asyncStartAll(t, brokers, map[string]string{"SINK_KAFKA_MAX_POLL_RECORDS": "500"})
-	c := s.Client
 
 	addrOf := func(r int) *sinkv1.RecordAddress { return addr("order", "records", fmt.Sprintf("r%03d", r)) }
 	// expected[r] is the model state: "absent" or the JSON document.

@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/kafkatest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -24,32 +23,27 @@ import (
 func TestAsyncPoisonMessagesAreDeadLetteredAndReplayed(t *testing.T) {
 	asyncSkipShort(t)
 	// One partition: the poison records sit in front of the good ones.
-	brokers := kafkatest.InProcess(t, kafkatest.Topics(asyncTopic, asyncDLT), kafkatest.Partitions(1))
-	s := asyncStartAll(t, brokers, map[string]string{"SINK_APPLY_MAX_ATTEMPTS": "3"})
+	forEachTransport(t, 1, testAsyncPoison)
+}
+
+func testAsyncPoison(t *testing.T, tr *asyncTransport) {
+	s := tr.startAll(t, map[string]string{"SINK_APPLY_MAX_ATTEMPTS": "3"})
 	c := s.Client
 
 	// 1. An undecodable record, produced by someone else.
-	raw, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	garbage := &kgo.Record{Topic: asyncTopic, Key: []byte("not-an-address"), Value: []byte("\x07not a mutation")}
-	if err := raw.ProduceSync(ctx(t), garbage).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	garbage := message.NewMessage("", []byte("\x07not a mutation"))
+	garbage.Metadata.Set(kafka.KeyMetadata, "not-an-address")
+	tr.publish(t, garbage)
 	// 2. A merge through a profile this Sink does not have (the server
 	// would refuse it, so it is queued directly).
-	q, err := kafka.NewQueue(kafka.NewPublisher(raw), kafka.QueueConfig{Topic: asyncTopic})
-	if err != nil {
-		t.Fatal(err)
-	}
 	unknown := domain.Mutation{ID: "unknown-profile-1", Kind: domain.MutationMerge,
 		Address: domain.Address{Store: "primary", Namespace: "poison", Dataset: "docs", Key: domain.StringKey("u")},
 		Merge:   domain.MergeIntent{Profile: "no-such-profile", Intent: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{}`)}}}
-	if errs := q.Submit(ctx(t), []domain.Mutation{unknown}); errs[0] != nil {
-		t.Fatal(errs[0])
+	um, err := kafka.NewMutationMessage(unknown)
+	if err != nil {
+		t.Fatal(err)
 	}
+	tr.publish(t, um)
 	// 3. A REPLACE of a record that does not exist, through the API.
 	p := addr("poison", "docs", "p")
 	replaceID := asyncMustAccept(t, c, putOp(p, `{"replaced":true}`, sinkv1.PutMode_PUT_MODE_REPLACE, nil))[0]
@@ -59,42 +53,74 @@ func TestAsyncPoisonMessagesAreDeadLetteredAndReplayed(t *testing.T) {
 	eventuallyState(t, c, good, `{"n":1,"m":2}`, 30*time.Second)
 	eventuallyState(t, c, p, "absent", time.Second)
 
-	cfg, err := bootstrap.LoadConfig(asyncEnv(brokers, bootstrap.ModeServer, nil))
+	letters := tr.deadLetters(t, 3)
+	if len(letters) != 3 {
+		t.Fatalf("%d dead letters, want 3", len(letters))
+	}
+	byID := map[string]kafka.DeadLetter{}
+	var undecodable *kafka.DeadLetter
+	for i, d := range letters {
+		if d.Reason == kafka.ReasonUndecodable {
+			undecodable = &letters[i]
+			continue
+		}
+		byID[d.MutationID] = d
+	}
+	offset := func(d kafka.DeadLetter, want int64) bool { return !tr.offsets || d.SourceOffset == want }
+	if u := undecodable; u == nil || u.DecodeError == "" || u.ErrorCode != "INVALID_ARGUMENT" || u.SourceTopic != asyncTopic ||
+		!offset(*u, 0) || u.DeadLetteredAt.IsZero() || u.Attempts != 0 || string(u.Value) != "\x07not a mutation" {
+		t.Errorf("undecodable dead letter: %+v", undecodable)
+	}
+	if d := byID[unknown.ID]; d.Reason != kafka.ReasonApplyFailed || d.ErrorCode != "INVALID_ARGUMENT" || d.Mutation == nil ||
+		d.Mutation.Merge.Profile != "no-such-profile" || !strings.Contains(d.ErrorMessage, "no-such-profile") || !offset(d, 1) || d.Attempts != 1 {
+		t.Errorf("unknown-profile dead letter: %+v", d)
+	}
+	if d := byID[replaceID]; d.ErrorCode != "NOT_FOUND" || d.Mutation == nil || d.Mutation.Kind != domain.MutationPut ||
+		d.Mutation.Address.Namespace != "poison" || !offset(d, 2) || d.Attempts < 1 || d.Mutation.SubmittedAt.IsZero() {
+		t.Errorf("REPLACE dead letter: %+v", d)
+	}
+	for _, d := range letters {
+		for _, h := range d.Headers {
+			if strings.HasPrefix(h.Key, "_sink_kafka_batch") || h.Key == kafka.MetadataPartition || h.Key == kafka.MetadataOffset {
+				t.Errorf("dead letter %s carries the subscriber's metadata %s", d.MutationID, h.Key)
+			}
+		}
+	}
+	if !tr.offsets {
+		// Fix the cause (create the record), then replay the REPLACE.
+		write(t, c, putOp(p, `{"created":true}`, sinkv1.PutMode_PUT_MODE_CREATE, nil))
+		if err := kafka.Replay(ctx(t), tr.pub(t), asyncDLT, asyncTopic, []kafka.DeadLetter{byID[replaceID]}); err != nil {
+			t.Fatal(err)
+		}
+		eventuallyState(t, c, p, `{"replaced":true}`, 30*time.Second)
+		return
+	}
+	testAsyncPoisonCLI(t, tr, c, p, unknown.ID, replaceID)
+}
+
+// testAsyncPoisonCLI checks `sink dead-letter list` and `replay` (Kafka).
+func testAsyncPoisonCLI(t *testing.T, tr *asyncTransport, c sinkv1.SinkClient, p *sinkv1.RecordAddress, unknownID, replaceID string) {
+	cfg, err := bootstrap.LoadConfig(asyncEnv(tr.brokers, bootstrap.ModeServer, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out bytes.Buffer
+	if err := bootstrap.DeadLetter(context.Background(), cfg, []string{"list", "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
 	var views []bootstrap.DeadLetterView
-	eventually(t, 30*time.Second, "three dead letters", func() (bool, string) {
-		var out bytes.Buffer
-		if err := bootstrap.DeadLetter(context.Background(), cfg, []string{"list", "--json"}, &out); err != nil {
-			return false, err.Error()
-		}
-		views = nil
-		if err := json.Unmarshal(out.Bytes(), &views); err != nil {
-			return false, err.Error()
-		}
-		return len(views) == 3, out.String()
-	})
+	if err := json.Unmarshal(out.Bytes(), &views); err != nil {
+		t.Fatal(err)
+	}
 	byID := map[string]bootstrap.DeadLetterView{}
-	var undecodable *bootstrap.DeadLetterView
-	for i, v := range views {
-		if v.Reason == kafka.ReasonUndecodable {
-			undecodable = &views[i]
-			continue
-		}
+	for _, v := range views {
 		byID[v.MutationID] = v
 	}
-	if u := undecodable; u == nil || u.DecodeError == "" || u.ErrorCode != "INVALID_ARGUMENT" || u.SourceTopic != asyncTopic ||
-		u.SourceOffset != 0 || u.DeadLetteredAt == "" || u.Attempts != 0 {
-		t.Errorf("undecodable dead letter: %+v", undecodable)
+	if v := byID[unknownID]; v.Kind != "merge" || v.Profile != "no-such-profile" || v.SourceOffset != 1 {
+		t.Errorf("unknown-profile dead letter view: %+v", v)
 	}
-	if v := byID[unknown.ID]; v.Reason != kafka.ReasonApplyFailed || v.ErrorCode != "INVALID_ARGUMENT" || v.Kind != "merge" ||
-		v.Profile != "no-such-profile" || !strings.Contains(v.ErrorMessage, "no-such-profile") || v.SourceOffset != 1 || v.Attempts != 1 {
-		t.Errorf("unknown-profile dead letter: %+v", v)
-	}
-	if v := byID[replaceID]; v.ErrorCode != "NOT_FOUND" || v.Kind != "put" || !strings.Contains(v.Address, "poison/docs") ||
-		v.SourceOffset != 2 || v.Attempts < 1 || v.SubmittedAt == "" {
-		t.Errorf("REPLACE dead letter: %+v", v)
+	if v := byID[replaceID]; v.Kind != "put" || !strings.Contains(v.Address, "poison/docs") || v.SubmittedAt == "" {
+		t.Errorf("REPLACE dead letter view: %+v", v)
 	}
 
 	// The text listing names every dead letter.
@@ -102,7 +128,7 @@ func TestAsyncPoisonMessagesAreDeadLetteredAndReplayed(t *testing.T) {
 	if err := bootstrap.DeadLetter(ctx(t), cfg, []string{"list"}, &text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{replaceID, unknown.ID, "NOT_FOUND", "(undecodable)", "3 dead letter(s)"} {
+	for _, want := range []string{replaceID, unknownID, "NOT_FOUND", "(undecodable)", "3 dead letter(s)"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("list output does not mention %q:\n%s", want, text.String())
 		}

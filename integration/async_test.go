@@ -20,8 +20,11 @@ import (
 // sees the result.
 func TestAsyncWriteAndDeleteAllMode(t *testing.T) {
 	asyncSkipShort(t)
-	brokers := kafkatest.InProcess(t, kafkatest.Topics(asyncTopic, asyncDLT), kafkatest.Partitions(3))
-	s := asyncStartAll(t, brokers, nil)
+	forEachTransport(t, 3, testAsyncWriteAndDeleteAllMode)
+}
+
+func testAsyncWriteAndDeleteAllMode(t *testing.T, tr *asyncTransport) {
+	s := tr.startAll(t, nil)
 	c := s.Client
 
 	a, b := addr("shop", "orders", "a"), addr("shop", "orders", "b")

@@ -33,9 +33,12 @@ func BenchmarkGRPCSingleWrite(b *testing.B) {
 }
 
 // BenchmarkGRPCBatch500 measures 500-operation batch puts and reads (1 KB
-// documents) and reports operations per second.
+// documents) and reports operations per second, against Sink on memory
+// storage and against the null server (the gRPC floor, see nullSink):
+// put-null and read-null.
 func BenchmarkGRPCBatch500(b *testing.B) {
 	s := sinktest.Start(b, nil)
+	null := startNull(b)
 	doc := `{"payload":"` + strings.Repeat("x", 1000) + `"}`
 	put := &sinkv1.WriteRequest{}
 	get := &sinkv1.ReadRequest{}
@@ -49,6 +52,23 @@ func BenchmarkGRPCBatch500(b *testing.B) {
 			resp, err := s.Client.Write(context.Background(), put)
 			if err != nil || resp.Results[499].Status != applied {
 				b.Fatalf("batch put: %v", err)
+			}
+		}
+		b.ReportMetric(float64(500*b.N)/b.Elapsed().Seconds(), "ops/s")
+	})
+	b.Run("put-null", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			resp, err := null.Write(context.Background(), put)
+			if err != nil || resp.Results[499].Status != applied {
+				b.Fatalf("batch put: %v", err)
+			}
+		}
+		b.ReportMetric(float64(500*b.N)/b.Elapsed().Seconds(), "ops/s")
+	})
+	b.Run("read-null", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := null.Read(context.Background(), get); err != nil {
+				b.Fatalf("batch read: %v", err)
 			}
 		}
 		b.ReportMetric(float64(500*b.N)/b.Elapsed().Seconds(), "ops/s")

@@ -37,3 +37,29 @@ type MergeProfile interface {
 	// CodeInvalidArgument error is final (the intent cannot be applied).
 	Merge(ctx context.Context, in MergeInput) (domain.Document, error)
 }
+
+// FingerprintedProfile is implemented by merge profiles whose definition
+// can change without a change of name (profiles loaded from a file). The
+// fingerprint identifies the definition; the asynchronous path records it
+// with a queued merge, so that a worker can tell whether it applies the
+// merge with the definition it was submitted under. Profiles written in Go
+// need not implement it.
+type FingerprintedProfile interface {
+	Fingerprint() string
+}
+
+// ProfileOrigin is implemented by merge profiles that can say where they
+// were defined (such as a file and line), for start-up messages.
+type ProfileOrigin interface {
+	Origin() string
+}
+
+// FingerprintObserver is implemented by observers (metrics adapters) that
+// count queued merges met by a worker whose profile of the same name has
+// another fingerprint than the one the merge was submitted under. applied
+// says whether the merge was applied with the current definition (policy
+// apply) or dead-lettered (policy dead-letter). profile is a name
+// registered at start-up.
+type FingerprintObserver interface {
+	MergeFingerprintMismatch(profile string, applied bool)
+}

@@ -16,6 +16,11 @@ import (
 type Observer interface {
 	// StorageCall: one batch call to storage ("read" or "write") with n operations.
 	StorageCall(call string, n int, d time.Duration)
+	// Combined: one storage batch ("read" or "write") carried the work of
+	// callers waiting together (natural batching): requests, or batches
+	// of queued mutations applied by the worker; 1 when a caller went
+	// alone.
+	Combined(call string, callers int)
 	// QueuePublish: one batch of n mutations submitted to the queue.
 	QueuePublish(n int, d time.Duration)
 	// MergeConflict: a merge met a concurrent change and is retried.
@@ -76,6 +81,7 @@ type OperationOutcome struct {
 type NopObserver struct{}
 
 func (NopObserver) StorageCall(string, int, time.Duration) {}
+func (NopObserver) Combined(string, int)                   {}
 func (NopObserver) QueuePublish(int, time.Duration)        {}
 func (NopObserver) MergeConflict(string)                   {}
 func (NopObserver) ApplyRetry(time.Duration)               {}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sink-io/sink/domain"
 )
@@ -62,28 +62,37 @@ type deadLetterInfo struct {
 	mutationID string
 }
 
-// newDeadLetterMessage returns the dead-letter message of rec.
-func newDeadLetterMessage(rec *kgo.Record, info deadLetterInfo, now time.Time) *message.Message {
-	msg := Unmarshal(rec)
-	msg.SetContext(context.Background())
-	for k := range msg.Metadata {
-		if strings.HasPrefix(k, "sink-dlq-") {
-			delete(msg.Metadata, k)
+// newDeadLetterMessage returns the dead-letter message of msg, read from
+// topic at src: its key, payload and metadata (without the subscriber's
+// Metadata* entries and earlier sink-dlq-* headers) plus the sink-dlq-*
+// headers.
+func newDeadLetterMessage(msg *message.Message, topic string, src source, info deadLetterInfo, now time.Time) *message.Message {
+	dl := message.NewMessage(msg.UUID, msg.Payload)
+	for k, v := range msg.Metadata {
+		switch {
+		case strings.HasPrefix(k, "sink-dlq-"), k == MetadataPartition, k == MetadataOffset,
+			k == MetadataBatch, k == MetadataBatchIndex, k == MetadataBatchSize:
+		default:
+			dl.Metadata[k] = v
 		}
 	}
-	md := msg.Metadata
+	md := dl.Metadata
 	md.Set(HeaderDLQVersion, "1")
 	md.Set(HeaderDLQReason, info.reason)
 	md.Set(HeaderDLQErrorCode, info.code)
-	md.Set(HeaderDLQErrorMessage, info.message)
+	md.Set(HeaderDLQErrorMessage, validUTF8(info.message))
 	md.Set(HeaderDLQAttempts, strconv.Itoa(info.attempts))
-	md.Set(HeaderDLQSourceTopic, rec.Topic)
-	md.Set(HeaderDLQSourcePartition, strconv.FormatInt(int64(rec.Partition), 10))
-	md.Set(HeaderDLQSourceOffset, strconv.FormatInt(rec.Offset, 10))
+	md.Set(HeaderDLQSourceTopic, topic)
+	md.Set(HeaderDLQSourcePartition, strconv.FormatInt(int64(src.partition), 10))
+	md.Set(HeaderDLQSourceOffset, strconv.FormatInt(src.offset, 10))
 	md.Set(HeaderDLQTime, now.UTC().Format(time.RFC3339Nano))
 	md.Set(HeaderDLQMutationID, info.mutationID)
-	return msg
+	return dl
 }
+
+// validUTF8 replaces invalid UTF-8 sequences (ids and messages may come
+// from foreign records).
+func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // DeadLetter is one record of the dead-letter topic.
 type DeadLetter struct {
@@ -231,59 +240,35 @@ func ReadDeadLetters(ctx context.Context, brokers []string, topic string, opts .
 	return out, nil
 }
 
-// partitionBounds returns [log start, end) offsets of every partition of topic.
+// partitionBounds returns [log start, end) offsets of every partition of
+// topic (kadm: metadata, then ListOffsets for the earliest and the latest
+// offset). A topic that does not exist has no partitions.
 func partitionBounds(ctx context.Context, cl *kgo.Client, topic string) (map[int32][2]int64, error) {
-	meta := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	meta.Topics = append(meta.Topics, mt)
-	meta.AllowAutoTopicCreation = false
-	mresp, err := meta.RequestWith(ctx, cl)
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return map[int32][2]int64{}, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the metadata of topic %q: %w", topic, err)
+		return nil, fmt.Errorf("cannot list the start offsets of topic %q: %w", topic, err)
 	}
-	if len(mresp.Topics) != 1 {
-		return nil, fmt.Errorf("cannot read the metadata of topic %q: %d topics in the answer", topic, len(mresp.Topics))
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
 	}
-	mtr := mresp.Topics[0]
-	if err := kerr.ErrorForCode(mtr.ErrorCode); err != nil {
-		if errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return map[int32][2]int64{}, nil
-		}
-		return nil, fmt.Errorf("cannot read the metadata of topic %q: %w", topic, err)
+	if err != nil {
+		return nil, fmt.Errorf("cannot list the end offsets of topic %q: %w", topic, err)
 	}
-	out := make(map[int32][2]int64, len(mtr.Partitions))
-	for _, ts := range []int64{-2, -1} { // earliest, latest
-		req := kmsg.NewPtrListOffsetsRequest()
-		req.ReplicaID = -1
-		lt := kmsg.NewListOffsetsRequestTopic()
-		lt.Topic = topic
-		for _, p := range mtr.Partitions {
-			lp := kmsg.NewListOffsetsRequestTopicPartition()
-			lp.Partition = p.Partition
-			lp.Timestamp = ts
-			lp.CurrentLeaderEpoch = -1
-			lt.Partitions = append(lt.Partitions, lp)
+	out := make(map[int32][2]int64, len(starts[topic]))
+	for p, o := range starts[topic] {
+		e, ok := ends.Lookup(topic, p)
+		if !ok {
+			return nil, fmt.Errorf("cannot list the end offset of topic %q partition %d", topic, p)
 		}
-		req.Topics = append(req.Topics, lt)
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			return nil, fmt.Errorf("cannot list the offsets of topic %q: %w", topic, err)
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					return nil, fmt.Errorf("cannot list the offsets of topic %q partition %d: %w", topic, p.Partition, err)
-				}
-				b := out[p.Partition]
-				if ts == -2 {
-					b[0] = p.Offset
-				} else {
-					b[1] = p.Offset
-				}
-				out[p.Partition] = b
-			}
-		}
+		out[p] = [2]int64{o.Offset, e.Offset}
 	}
 	return out, nil
 }

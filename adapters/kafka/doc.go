@@ -1,14 +1,29 @@
 // Package kafka is Sink's Kafka adapter: the durable mutation log behind
-// RETURN_AFTER_ACCEPTED (Queue, a ports.MutationQueue) and the worker's
-// batch consumer (Consumer) that hands queued mutations to a
-// ports.MutationHandler and dead-letters those that fail permanently.
+// RETURN_AFTER_ACCEPTED (Queue, a ports.MutationQueue) and the worker
+// (Worker), a Watermill message.Router that applies the log through a
+// ports.MutationHandler and dead-letters what fails permanently.
 //
-// Messages follow Watermill's model (message.Message, message.Publisher):
-// Publisher is a message.Publisher over a franz-go client that sends all
-// messages of one Publish together and waits for every acknowledgement, and
-// Marshal/Unmarshal convert messages to and from Kafka records. The batch
-// consumer is this package's own: Watermill's Kafka subscriber keeps one
-// message in flight per partition and has no batch mode.
+// Messages follow Watermill's model: Publisher is a message.Publisher over a
+// franz-go client that sends all messages of one Publish together and waits
+// for every acknowledgement; Subscriber is a message.Subscriber over a
+// franz-go consumer group member that keeps a whole poll in flight, tags
+// each message with its partition, offset and position in the poll
+// (Metadata*), and commits per partition only the prefix of acked messages;
+// Marshal/Unmarshal convert messages to and from Kafka records.
+//
+// Batching through a Router whose handlers see one message at a time, each
+// in its own goroutine: Worker.Handle collects the messages of one poll
+// until all have arrived, orders them by their position in the poll (never
+// by arrival, so goroutine scheduling cannot reorder a record's mutations),
+// applies them in one ApplyMutations call (the application's wave executor:
+// few storage calls, one record's mutations in offset order) and returns
+// each message's own result (acked or nacked). A message without batch
+// metadata (another Pub/Sub, such as Watermill's GoChannel) is a batch of
+// one.
+//
+// Interoperability: NewMutationMessage and PartitionKey let the stock
+// watermill-kafka Publisher queue mutations on Sink's log, and the stock
+// watermill-kafka Subscriber reads Sink's log (UUID = mutation id).
 //
 // Encodings (documented in docs/async.md):
 //   - record key: domain.EncodeAddress (version byte 0x01);

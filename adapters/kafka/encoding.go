@@ -64,8 +64,9 @@ func toProto(m domain.Mutation) (*queuev1.Mutation, error) {
 		}}
 	case domain.MutationMerge:
 		pm.Operation = &queuev1.Mutation_Merge{Merge: &queuev1.Merge{
-			Profile: m.Merge.Profile,
-			Intent:  docToProto(m.Merge.Intent),
+			Profile:     m.Merge.Profile,
+			Intent:      docToProto(m.Merge.Intent),
+			Fingerprint: m.Merge.Fingerprint,
 		}}
 	case domain.MutationDelete:
 		pm.Operation = &queuev1.Mutation_Delete{Delete: &queuev1.Delete{
@@ -156,7 +157,7 @@ func DecodeMutation(b []byte) (domain.Mutation, error) {
 		m.ExpectedRevision = domain.Revision(op.Put.GetExpectedRevision())
 	case *queuev1.Mutation_Merge:
 		m.Kind = domain.MutationMerge
-		m.Merge = domain.MergeIntent{Profile: op.Merge.GetProfile(), Intent: docFromProto(op.Merge.GetIntent())}
+		m.Merge = domain.MergeIntent{Profile: op.Merge.GetProfile(), Intent: docFromProto(op.Merge.GetIntent()), Fingerprint: op.Merge.GetFingerprint()}
 	case *queuev1.Mutation_Delete:
 		m.Kind = domain.MutationDelete
 		m.ExpectedRevision = domain.Revision(op.Delete.GetExpectedRevision())

@@ -50,9 +50,12 @@ type recordCtxKey struct{}
 // UUIDHeader becomes the UUID, the key goes to metadata[KeyMetadata], every
 // other header to metadata, and the record itself is kept in the message
 // context (see RecordOf).
-func Unmarshal(r *kgo.Record) *message.Message {
+func Unmarshal(r *kgo.Record) *message.Message { return unmarshal(r, 0) }
+
+// unmarshal is Unmarshal with room for extra more metadata entries.
+func unmarshal(r *kgo.Record, extra int) *message.Message {
 	var uuid string
-	md := make(message.Metadata, len(r.Headers)+1)
+	md := make(message.Metadata, len(r.Headers)+1+extra)
 	for _, h := range r.Headers {
 		if h.Key == UUIDHeader {
 			uuid = string(h.Value)

@@ -56,7 +56,17 @@ func NewQueue(pub message.Publisher, cfg QueueConfig) (*Queue, error) {
 // Topic returns the mutation log topic.
 func (q *Queue) Topic() string { return q.topic }
 
-// NewMutationMessage returns the Watermill message of one mutation.
+// NewMutationMessage returns the Watermill message of one mutation: the
+// message UUID is the mutation id, the payload EncodeMutation(m) and
+// metadata[KeyMetadata] the Kafka key domain.EncodeAddress(m.Address).
+//
+// Another service can queue mutations for Sink with the stock
+// watermill-kafka Publisher: publish these messages to Sink's topic with
+// the marshaler NewWithPartitioningMarshaler(PartitionKey) and the Sarama
+// partitioner NewMurmur2Partitioner (the Java client's, which Sink's own
+// publisher uses too), so that every mutation of one record lands in the
+// same partition as Sink's, in publish order. (That marshaler also writes
+// KeyMetadata as a header; Sink ignores it in favour of the record key.)
 func NewMutationMessage(m domain.Mutation) (*message.Message, error) {
 	value, err := EncodeMutation(m)
 	if err != nil {
@@ -65,6 +75,17 @@ func NewMutationMessage(m domain.Mutation) (*message.Message, error) {
 	msg := message.NewMessage(m.ID, value)
 	msg.Metadata.Set(KeyMetadata, string(domain.EncodeAddress(m.Address)))
 	return msg, nil
+}
+
+// PartitionKey returns the Kafka key of a message built by
+// NewMutationMessage (metadata[KeyMetadata]); its signature is
+// watermill-kafka's GeneratePartitionKey.
+func PartitionKey(_ string, msg *message.Message) (string, error) {
+	k := msg.Metadata.Get(KeyMetadata)
+	if k == "" {
+		return "", fmt.Errorf("cannot partition message %s: no %s metadata (build it with NewMutationMessage)", msg.UUID, KeyMetadata)
+	}
+	return k, nil
 }
 
 // Submit implements ports.MutationQueue. A mutation is accepted (nil error)

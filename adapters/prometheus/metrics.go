@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -26,7 +27,10 @@ import (
 	"github.com/sink-io/sink/ports"
 )
 
-var _ ports.Observer = (*Metrics)(nil)
+var (
+	_ ports.Observer            = (*Metrics)(nil)
+	_ ports.FingerprintObserver = (*Metrics)(nil)
+)
 
 // Label values that stand for many client-chosen values.
 const (
@@ -73,9 +77,12 @@ type Metrics struct {
 	overflow   prometheus.Counter
 
 	mergeConflicts *prometheus.CounterVec
+	// fingerprintMismatches: see MergeFingerprintMismatch.
+	fingerprintMismatches *prometheus.CounterVec
 
 	storageDuration *prometheus.HistogramVec
 	storageOps      *prometheus.CounterVec
+	combined        *prometheus.HistogramVec
 
 	publishDuration prometheus.Histogram
 	published       prometheus.Counter
@@ -90,6 +97,44 @@ type Metrics struct {
 
 	datasets *limiter
 	reasons  *limiter
+
+	// Resolved series of the per-call metrics, so that the request path
+	// does not hash label values on every call: at most maxCachedSeries
+	// each (their labels are bounded classes and capped datasets; past
+	// the bound, calls resolve the labels each time).
+	rpcSeries, opSeries sync.Map
+	rpcCached, opCached atomic.Int64
+}
+
+// maxCachedSeries bounds each cache of resolved series.
+const maxCachedSeries = 4096
+
+type rpcKey struct{ method, code string }
+
+type rpcSeries struct {
+	count prometheus.Counter
+	dur   prometheus.Observer
+}
+
+type opKey struct {
+	d                              domain.DatasetRef
+	worker                         bool
+	kind, completion, status, code string
+}
+
+// cached returns the series of key from c, resolving and (within the
+// bound) storing it on first use.
+func cached[K comparable, V any](c *sync.Map, n *atomic.Int64, key K, resolve func() V) V {
+	if v, ok := c.Load(key); ok {
+		return v.(V)
+	}
+	v := resolve()
+	if n.Load() < maxCachedSeries {
+		if _, loaded := c.LoadOrStore(key, v); !loaded {
+			n.Add(1)
+		}
+	}
+	return v
 }
 
 // New returns the metrics of one process on a fresh registry, with the Go
@@ -130,6 +175,10 @@ func New(opts Options) *Metrics {
 			Name: "sink_merge_conflicts_total",
 			Help: "Merge compare-and-set attempts that met a concurrent change and were retried, by merge profile.",
 		}, []string{"profile"}),
+		fingerprintMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sink_merge_fingerprint_mismatches_total",
+			Help: "Queued merges a worker met whose declarative profile had another definition (fingerprint) than when they were submitted, by profile and by what SINK_MERGE_FINGERPRINT_POLICY did (action: applied or dead_lettered).",
+		}, []string{"profile", "action"}),
 
 		storageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sink_storage_call_duration_seconds",
@@ -139,6 +188,11 @@ func New(opts Options) *Metrics {
 		storageOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sink_storage_operations_total",
 			Help: "Operations sent to storage in batch calls, by call (read, write).",
+		}, []string{"store", "call"}),
+		combined: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sink_storage_batch_callers",
+			Help:    "Callers (requests, or the worker's batches) whose operations went to storage together in one batch by natural batching, by call (read, write); 1 when a caller went alone.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
 		}, []string{"store", "call"}),
 
 		publishDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -183,8 +237,8 @@ func New(opts Options) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.rpcs, m.rpcDuration, m.operations, m.applied, m.overflow, m.mergeConflicts,
-		m.storageDuration, m.storageOps, m.publishDuration, m.published,
+		m.rpcs, m.rpcDuration, m.operations, m.applied, m.overflow, m.mergeConflicts, m.fingerprintMismatches,
+		m.storageDuration, m.storageOps, m.combined, m.publishDuration, m.published,
 		m.lag, m.deadLettered, m.applyRetries, m.applyBackoff, m.ready, m.dependencyUp,
 	)
 	return m
@@ -201,15 +255,23 @@ func (m *Metrics) Handler() http.Handler {
 // RPC records one finished unary RPC (it implements the gRPC adapter's
 // RPCObserver). code is the gRPC code name, e.g. "OK", "InvalidArgument".
 func (m *Metrics) RPC(method, code string, d time.Duration) {
-	method = labelValue(method)
-	m.rpcs.WithLabelValues(method, code).Inc()
-	m.rpcDuration.WithLabelValues(method).Observe(d.Seconds())
+	r := cached(&m.rpcSeries, &m.rpcCached, rpcKey{method, code}, func() rpcSeries {
+		l := labelValue(method)
+		return rpcSeries{m.rpcs.WithLabelValues(l, code), m.rpcDuration.WithLabelValues(l)}
+	})
+	r.count.Inc()
+	r.dur.Observe(d.Seconds())
 }
 
 // StorageCall implements ports.Observer.
 func (m *Metrics) StorageCall(call string, n int, d time.Duration) {
 	m.storageDuration.WithLabelValues(m.store, call).Observe(d.Seconds())
 	m.storageOps.WithLabelValues(m.store, call).Add(float64(n))
+}
+
+// Combined implements ports.Observer.
+func (m *Metrics) Combined(call string, callers int) {
+	m.combined.WithLabelValues(m.store, call).Observe(float64(callers))
 }
 
 // QueuePublish implements ports.Observer.
@@ -222,6 +284,15 @@ func (m *Metrics) QueuePublish(n int, d time.Duration) {
 // start-up, so their names are bounded.
 func (m *Metrics) MergeConflict(profile string) {
 	m.mergeConflicts.WithLabelValues(labelValue(profile)).Inc()
+}
+
+// MergeFingerprintMismatch implements ports.FingerprintObserver.
+func (m *Metrics) MergeFingerprintMismatch(profile string, applied bool) {
+	action := "dead_lettered"
+	if applied {
+		action = "applied"
+	}
+	m.fingerprintMismatches.WithLabelValues(labelValue(profile), action).Inc()
 }
 
 // ApplyRetry implements ports.Observer.
@@ -240,8 +311,14 @@ func (m *Metrics) Operations(outcomes []ports.OperationOutcome) {
 		n int
 	}
 	var groups []group
-	index := map[ports.OperationOutcome]int{}
-	for i := 0; i < len(outcomes); {
+	if len(outcomes) == 1 {
+		groups = []group{{outcomes[0], 1}}
+	}
+	var index map[ports.OperationOutcome]int
+	if len(outcomes) > 1 {
+		index = map[ports.OperationOutcome]int{}
+	}
+	for i := 0; len(outcomes) > 1 && i < len(outcomes); {
 		j := i + 1
 		for j < len(outcomes) && outcomes[j] == outcomes[i] {
 			j++
@@ -261,11 +338,14 @@ func (m *Metrics) Operations(outcomes []ports.OperationOutcome) {
 		if !ok {
 			overflow += g.n
 		}
-		if o.Source == ports.SourceWorker {
-			m.applied.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind, o.Status, o.Code).Add(float64(g.n))
-			continue
-		}
-		m.operations.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind, o.Completion, o.Status, o.Code).Add(float64(g.n))
+		worker := o.Source == ports.SourceWorker
+		c := cached(&m.opSeries, &m.opCached, opKey{d, worker, o.Kind, o.Completion, o.Status, o.Code}, func() prometheus.Counter {
+			if worker {
+				return m.applied.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind, o.Status, o.Code)
+			}
+			return m.operations.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind, o.Completion, o.Status, o.Code)
+		})
+		c.Add(float64(g.n))
 	}
 	if overflow > 0 {
 		m.overflow.Add(float64(overflow))

@@ -142,6 +142,9 @@ func TestHandlerServesTheExpositionFormat(t *testing.T) {
 	m.StorageCall("write", 10, time.Millisecond)
 	m.QueuePublish(5, time.Millisecond)
 	m.MergeConflict("merge-patch")
+	m.Combined("write", 1)
+	m.Combined("write", 12)
+	m.Combined("read", 3)
 	m.SetReady(true)
 	m.SetDependencyUp("storage", true)
 
@@ -197,6 +200,8 @@ func TestHandlerServesTheExpositionFormat(t *testing.T) {
 		{"sink_queue_published_mutations_total", nil, 5},
 		{"sink_queue_publish_duration_seconds", nil, 1},
 		{"sink_merge_conflicts_total", map[string]string{"profile": "merge-patch"}, 1},
+		{"sink_storage_batch_callers", map[string]string{"store": "primary", "call": "write"}, 2},
+		{"sink_storage_batch_callers", map[string]string{"store": "primary", "call": "read"}, 1},
 		{"sink_ready", nil, 1},
 		{"sink_dependency_up", map[string]string{"dependency": "storage"}, 1},
 	} {
@@ -206,6 +211,33 @@ func TestHandlerServesTheExpositionFormat(t *testing.T) {
 	}
 	if _, ok := families["go_goroutines"]; !ok {
 		t.Error("the Go runtime collector is not registered")
+	}
+}
+
+// The resolved series that RPC and Operations keep for the request path
+// count exactly what label resolution counts, also past the cache bound.
+func TestCachedSeriesCountLikeLabels(t *testing.T) {
+	m := New(Options{Store: "primary"})
+	o := ports.OperationOutcome{Dataset: ds("n", "d"), Kind: "put", Completion: "wait_until_applied", Status: "applied"}
+	for i := 0; i < 3; i++ {
+		m.Operations([]ports.OperationOutcome{o})
+		m.RPC("/sink.v1.Sink/Write", "OK", time.Millisecond)
+	}
+	m.Operations([]ports.OperationOutcome{o, o})
+	if got := testutil.ToFloat64(m.operations.WithLabelValues("primary", "n", "d", "put", "wait_until_applied", "applied", "")); got != 5 {
+		t.Fatalf("operations = %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(m.rpcs.WithLabelValues("/sink.v1.Sink/Write", "OK")); got != 3 {
+		t.Fatalf("rpcs = %v, want 3", got)
+	}
+	m.rpcCached.Store(maxCachedSeries) // full: further series resolve their labels each time
+	m.RPC("/sink.v1.Sink/Read", "OK", time.Millisecond)
+	m.RPC("/sink.v1.Sink/Read", "OK", time.Millisecond)
+	if got := testutil.ToFloat64(m.rpcs.WithLabelValues("/sink.v1.Sink/Read", "OK")); got != 2 {
+		t.Fatalf("rpcs past the cache bound = %v, want 2", got)
+	}
+	if _, ok := m.rpcSeries.Load(rpcKey{"/sink.v1.Sink/Read", "OK"}); ok {
+		t.Fatal("a series was cached past the bound")
 	}
 }
 

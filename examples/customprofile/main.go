@@ -34,6 +34,9 @@ func (Tally) Merge(_ context.Context, input ports.MergeInput) (domain.Document, 
 	var state struct {
 		Counts map[string]int64 `json:"counts"`
 	}
+	if current == nil && !accepts(input.Accept, domain.ContentTypeJSON) {
+		return domain.Document{}, domain.Errorf(domain.CodeInvalidArgument, "tally: the store does not hold %s documents", domain.ContentTypeJSON)
+	}
 	if current != nil {
 		if err := json.Unmarshal(current.Data, &state); err != nil {
 			return domain.Document{}, domain.Errorf(domain.CodeInvalidArgument, "tally: the current document is not a tally: %v", err)
@@ -59,6 +62,17 @@ func (Tally) Merge(_ context.Context, input ports.MergeInput) (domain.Document, 
 		return domain.Document{}, err
 	}
 	return domain.Document{ContentType: domain.ContentTypeJSON, Data: out}, nil
+}
+
+// accepts reports whether a store holding the content types accept (empty:
+// any) can hold documents of media type mt.
+func accepts(accept []string, mt string) bool {
+	for _, a := range accept {
+		if domain.IsMediaType(a, mt) {
+			return true
+		}
+	}
+	return len(accept) == 0
 }
 
 func main() {

@@ -54,6 +54,17 @@ func (Profile) Merge(_ context.Context, input ports.MergeInput) (domain.Document
 	cur, intent := input.Current, input.Intent
 	var c Counter
 	ct := intent.ContentType
+	if cur == nil && len(input.Accept) > 0 && !accepts(input.Accept, ct) {
+		// Create a type the store holds (JSON and BSON convert both ways).
+		switch {
+		case accepts(input.Accept, domain.ContentTypeBSON):
+			ct = domain.ContentTypeBSON
+		case accepts(input.Accept, domain.ContentTypeJSON):
+			ct = domain.ContentTypeJSON
+		default:
+			return domain.Document{}, domain.Errorf(domain.CodeInvalidArgument, "count: the store holds neither JSON nor BSON documents")
+		}
+	}
 	if cur != nil {
 		ct = cur.ContentType
 		if err := Decode(*cur, &c); err != nil {
@@ -69,6 +80,15 @@ func (Profile) Merge(_ context.Context, input ports.MergeInput) (domain.Document
 		c.IDs = append(c.IDs, in.ID)
 	}
 	return Encode(ct, c)
+}
+
+func accepts(accept []string, mt string) bool {
+	for _, a := range accept {
+		if domain.IsMediaType(a, mt) {
+			return true
+		}
+	}
+	return false
 }
 
 // Decode decodes a JSON or BSON document into v.

@@ -483,9 +483,14 @@ func (x *Put) GetExpectedRevision() []byte {
 // profile runs when the worker applies the mutation: the log never holds a
 // merge result.
 type Merge struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Profile       string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
-	Intent        *Document              `protobuf:"bytes,2,opt,name=intent,proto3" json:"intent,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Profile string                 `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	Intent  *Document              `protobuf:"bytes,2,opt,name=intent,proto3" json:"intent,omitempty"`
+	// The fingerprint of the profile's definition when the merge was
+	// submitted (profiles loaded from SINK_MERGE_PROFILES_FILE); empty for
+	// profiles written in Go. A worker whose profile has another fingerprint
+	// follows SINK_MERGE_FINGERPRINT_POLICY.
+	Fingerprint   string `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +537,13 @@ func (x *Merge) GetIntent() *Document {
 		return x.Intent
 	}
 	return nil
+}
+
+func (x *Merge) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
 }
 
 // Delete removes the record.
@@ -609,10 +621,11 @@ const file_sink_queue_v1_mutation_proto_rawDesc = "" +
 	"\x03Put\x123\n" +
 	"\bdocument\x18\x01 \x01(\v2\x17.sink.queue.v1.DocumentR\bdocument\x12*\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x16.sink.queue.v1.PutModeR\x04mode\x12+\n" +
-	"\x11expected_revision\x18\x03 \x01(\fR\x10expectedRevision\"R\n" +
+	"\x11expected_revision\x18\x03 \x01(\fR\x10expectedRevision\"t\n" +
 	"\x05Merge\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12/\n" +
-	"\x06intent\x18\x02 \x01(\v2\x17.sink.queue.v1.DocumentR\x06intent\"5\n" +
+	"\x06intent\x18\x02 \x01(\v2\x17.sink.queue.v1.DocumentR\x06intent\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\"5\n" +
 	"\x06Delete\x12+\n" +
 	"\x11expected_revision\x18\x01 \x01(\fR\x10expectedRevision*I\n" +
 	"\aPutMode\x12\x13\n" +

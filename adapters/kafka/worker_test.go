@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -65,7 +66,12 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger {
+	if os.Getenv("KDEBUG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
 
 type consumerEnv struct {
 	brokers []string
@@ -90,13 +96,17 @@ func (e consumerEnv) submit(t *testing.T, muts ...domain.Mutation) {
 	}
 }
 
-func (e consumerEnv) start(t *testing.T, h ports.MutationHandler, maxPoll int) (*Consumer, *kgo.Client) {
+func (e consumerEnv) start(t *testing.T, h ports.MutationHandler, maxPoll int) (*Worker, *kgo.Client) {
 	t.Helper()
 	cl, err := NewClient(ClientConfig{Brokers: e.brokers, GroupID: "g", Topic: "muts", SessionTimeout: 6 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewConsumer(cl, NewPublisher(cl), h, ConsumerConfig{Topic: "muts", DeadLetterTopic: "muts.dlq", MaxPollRecords: maxPoll, Logger: quietLogger()})
+	sub, err := NewSubscriber(cl, SubscriberConfig{Topic: "muts", MaxPollRecords: maxPoll, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewWorker(sub, NewPublisher(cl), h, WorkerConfig{Topic: "muts", DeadLetterTopic: "muts.dlq", Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +123,7 @@ func (e consumerEnv) start(t *testing.T, h ports.MutationHandler, maxPoll int) (
 	return c, cl
 }
 
-func stop(t *testing.T, c *Consumer, cl *kgo.Client, timeout time.Duration) {
+func stop(t *testing.T, c *Worker, cl *kgo.Client, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -123,7 +133,7 @@ func stop(t *testing.T, c *Consumer, cl *kgo.Client, timeout time.Duration) {
 	cl.Close()
 }
 
-func TestConsumerAppliesInOrderDeadLettersAndCommits(t *testing.T) {
+func TestWorkerAppliesInOrderDeadLettersAndCommits(t *testing.T) {
 	env := newConsumerEnv(t, 3)
 	var muts []domain.Mutation
 	for i := range 40 {
@@ -218,7 +228,7 @@ func TestConsumerAppliesInOrderDeadLettersAndCommits(t *testing.T) {
 	_ = c2
 }
 
-func TestConsumerLeavesCanceledMutationsUncommitted(t *testing.T) {
+func TestWorkerLeavesCanceledMutationsUncommitted(t *testing.T) {
 	env := newConsumerEnv(t, 1)
 	env.submit(t, testMutation("a1", "a"), testMutation("a2", "a"), testMutation("slow", "s"), testMutation("a3", "a"))
 	started := make(chan struct{})
@@ -258,7 +268,7 @@ func TestConsumerLeavesCanceledMutationsUncommitted(t *testing.T) {
 	}
 }
 
-func TestConsumerRetriesSpuriousCancel(t *testing.T) {
+func TestWorkerRetriesSpuriousCancel(t *testing.T) {
 	env := newConsumerEnv(t, 1)
 	env.submit(t, testMutation("x1", "x"), testMutation("x2", "x"))
 	var mu sync.Mutex
@@ -354,5 +364,25 @@ func TestReadDeadLettersOfMissingTopic(t *testing.T) {
 	letters, err := ReadDeadLetters(context.Background(), brokers, "nothing-here")
 	if err != nil || len(letters) != 0 {
 		t.Fatalf("got %d, %v", len(letters), err)
+	}
+}
+
+// A panic while applying a batch nacks its messages (they are read again
+// and applied) instead of ending the worker.
+func TestWorkerRecoversFromPanickingHandler(t *testing.T) {
+	env := newConsumerEnv(t, 1)
+	env.submit(t, testMutation("p1", "p"), testMutation("p2", "p"))
+	var once sync.Once
+	h := &fakeHandler{outcome: func(_ context.Context, m domain.Mutation) ports.ApplyOutcome {
+		once.Do(func() { panic("boom") })
+		return ports.ApplyOutcome{Attempts: 1}
+	}}
+	c, _ := env.start(t, h, 100)
+	waitFor(t, 20*time.Second, "p1 and p2 applied after the panic", func() bool { return len(h.appliedIDs()) >= 2 })
+	if !c.Running() {
+		t.Fatal("the worker stopped after a panic")
+	}
+	if ids := h.appliedIDs(); fmt.Sprint(ids) != "[p1 p2]" {
+		t.Fatalf("applied %v, want [p1 p2]", ids)
 	}
 }

@@ -1,0 +1,565 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// HandlerName is the name of the worker's Router handler.
+const HandlerName = "sink-apply-mutations"
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// Topic is the mutation log the worker subscribes to.
+	Topic string
+	// DeadLetterTopic receives permanently failed and undecodable mutations.
+	DeadLetterTopic string
+	// MaxBatch is the largest poll a batch may claim in its metadata
+	// (default 10,000; at least the subscriber's MaxPollRecords); a message
+	// claiming more is a batch of one.
+	MaxBatch int
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Now is the clock of dead-letter times (default time.Now).
+	Now func() time.Time
+	// Observer receives the number of dead-lettered mutations by reason
+	// (default ports.NopObserver).
+	Observer ports.Observer
+}
+
+// WorkerStats are counters of a worker since it was created.
+type WorkerStats struct {
+	Batches      int64 // batches applied
+	Records      int64 // messages handled
+	Applied      int64 // mutations applied (outcome without error)
+	DeadLettered int64 // messages written to the dead-letter topic
+	Commits      int64 // successful offset commits (Kafka subscriber only)
+}
+
+// Worker is the worker role: a Watermill message.Router with one handler
+// (HandlerName) that applies the mutation log through a
+// ports.MutationHandler, with the Recoverer, CorrelationID and a metrics
+// middleware.
+//
+// The Router hands every message to its own goroutine, so the handler
+// collects the messages of one Subscriber poll (MetadataBatch*) until all
+// of them arrived, puts them back in poll order (which is offset order per
+// partition) by their position, not by arrival, and applies them as one
+// ApplyMutations call: the application's wave executor writes them in few
+// storage calls and applies one record's mutations strictly in slice
+// order. Each goroutine then returns its message's own result: nil (acked)
+// when the mutation was applied or dead-lettered, an error (nacked, read
+// again) otherwise. A message without batch metadata (another Pub/Sub,
+// such as Watermill's GoChannel) is a batch of one, applied at once.
+//
+// Permanent failures and undecodable messages are written to
+// DeadLetterTopic with the sink-dlq-* metadata before they are acked. A
+// mutation whose outcome is CodeCanceled (shutdown) is nacked, and so is
+// every failure after it in its partition (they are read again, not
+// dead-lettered).
+type Worker struct {
+	sub     message.Subscriber
+	pub     message.Publisher
+	handler ports.MutationHandler
+	cfg     WorkerConfig
+	log     *slog.Logger
+	router  *message.Router
+
+	applyCtx context.Context
+	cancel   context.CancelFunc
+
+	applyQ chan *pendingBatch // to the applier goroutine
+
+	mu        sync.Mutex
+	batches   map[string]*pendingBatch
+	abandoned bool
+	started   bool
+	done      chan struct{}
+	runErr    error
+	running   atomic.Bool
+
+	stats struct{ batches, records, applied, deadLettered atomic.Int64 }
+}
+
+// NewWorker returns a worker reading the mutation log from sub (a
+// *Subscriber, or any Watermill subscriber) and writing dead letters
+// through pub.
+func NewWorker(sub message.Subscriber, pub message.Publisher, handler ports.MutationHandler, cfg WorkerConfig) (*Worker, error) {
+	switch {
+	case sub == nil:
+		return nil, errors.New("cannot create the worker: no subscriber")
+	case pub == nil:
+		return nil, errors.New("cannot create the worker: no dead-letter publisher")
+	case handler == nil:
+		return nil, errors.New("cannot create the worker: no mutation handler")
+	case cfg.Topic == "":
+		return nil, errors.New("cannot create the worker: no topic")
+	case cfg.DeadLetterTopic == "" || cfg.DeadLetterTopic == cfg.Topic:
+		return nil, fmt.Errorf("cannot create the worker: dead-letter topic %q must be set and differ from %q", cfg.DeadLetterTopic, cfg.Topic)
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 10000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = ports.NopObserver{}
+	}
+	w := &Worker{sub: sub, pub: pub, handler: handler, cfg: cfg, batches: map[string]*pendingBatch{},
+		log: cfg.Logger.With("component", "worker", "topic", cfg.Topic)}
+	w.applyCtx, w.cancel = context.WithCancel(context.Background())
+	w.applyQ = make(chan *pendingBatch)
+	// The Router waits for running handlers as long as Stop allows (Stop
+	// cancels them when its context ends).
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 24 * time.Hour}, routerLogger{cfg.Logger.With("component", "worker-router")})
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the worker's router: %w", err)
+	}
+	router.AddMiddleware(middleware.Recoverer, middleware.CorrelationID, w.metrics)
+	router.AddConsumerHandler(HandlerName, cfg.Topic, sub, w.Handle)
+	w.router = router
+	return w, nil
+}
+
+// Router returns the worker's Watermill router.
+func (w *Worker) Router() *message.Router { return w.router }
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() WorkerStats {
+	s := WorkerStats{Batches: w.stats.batches.Load(), Records: w.stats.records.Load(), Applied: w.stats.applied.Load(), DeadLettered: w.stats.deadLettered.Load()}
+	if ks, ok := w.sub.(*Subscriber); ok {
+		s.Commits = ks.Stats().Commits
+	}
+	return s
+}
+
+// Running reports whether the router runs.
+func (w *Worker) Running() bool { return w.running.Load() }
+
+// Start runs the router in a goroutine and returns once it is running.
+func (w *Worker) Start() error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("cannot start the worker twice")
+	}
+	w.started = true
+	w.done = make(chan struct{})
+	w.running.Store(true)
+	w.mu.Unlock()
+	go w.applier()
+	go func() {
+		defer close(w.done)
+		defer w.running.Store(false)
+		defer close(w.applyQ) // no handler runs once Run returned
+		err := w.router.Run(context.Background())
+		w.mu.Lock()
+		w.runErr = err
+		w.mu.Unlock()
+		if err != nil {
+			w.log.Error("the worker stopped", "error", err)
+		}
+	}()
+	select {
+	case <-w.router.Running():
+		w.log.Info("consuming the mutation log", "dead_letter_topic", w.cfg.DeadLetterTopic)
+		return nil
+	case <-w.done:
+		return fmt.Errorf("cannot start the worker: %w", w.runErr)
+	}
+}
+
+// Done is closed when the router has stopped.
+func (w *Worker) Done() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
+}
+
+// Stop closes the router: the subscriber stops reading, the batch in
+// flight finishes until ctx ends (then it is canceled: its mutations are
+// nacked and read again by the next owner), and what finished is
+// committed. It returns once the router has stopped.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	started, done := w.started, w.done
+	w.mu.Unlock()
+	if !started {
+		return nil
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- w.router.Close() }()
+	var err error
+	select {
+	case err = <-closed:
+	case <-ctx.Done():
+		w.cancel()
+		w.abandon()
+		err = <-closed
+	}
+	w.cancel()
+	w.abandon()
+	<-done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil && w.runErr != nil {
+		err = w.runErr
+	}
+	return err
+}
+
+// metrics is the router middleware that counts handled messages.
+func (w *Worker) metrics(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		w.stats.records.Add(1)
+		return h(msg)
+	}
+}
+
+// errUnfinished is returned for a message that must be read again.
+var errUnfinished = errors.New("the mutation was not finished; it is read again")
+
+// pendingBatch collects the messages of one poll.
+type pendingBatch struct {
+	entries []*batchEntry
+	arrived int
+	done    chan struct{}
+}
+
+type batchEntry struct {
+	msg *message.Message
+	err error // the message's result, set before done is closed
+}
+
+// Handle is the router handler (a message.NoPublishHandlerFunc): see Worker.
+func (w *Worker) Handle(msg *message.Message) error {
+	id, index, size, ok := w.batchOf(msg)
+	// Decoding happens in the applier: in a fresh handler goroutine it
+	// would grow the goroutine's stack for every message.
+	e := &batchEntry{msg: msg}
+	if !ok {
+		b := &pendingBatch{entries: []*batchEntry{e}, done: make(chan struct{})}
+		w.applyQ <- b
+		<-b.done
+		return e.err
+	}
+	w.mu.Lock()
+	if w.abandoned {
+		w.mu.Unlock()
+		return fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
+	}
+	b := w.batches[id]
+	if b == nil {
+		b = &pendingBatch{entries: make([]*batchEntry, size), done: make(chan struct{})}
+		w.batches[id] = b
+	}
+	if b.entries[index] != nil {
+		w.mu.Unlock()
+		return fmt.Errorf("cannot handle message %s: position %d of batch %s delivered twice", msg.UUID, index, id)
+	}
+	b.entries[index] = e
+	b.arrived++
+	complete := b.arrived == len(b.entries)
+	if complete {
+		delete(w.batches, id)
+	}
+	w.mu.Unlock()
+	if complete {
+		w.applyQ <- b
+	}
+	// One channel per batch: the goroutines of a poll do not all wait on
+	// one shared channel (abandon releases incomplete batches on cancel).
+	<-b.done
+	return e.err
+}
+
+// abandon releases the messages of batches that are still incomplete
+// when the worker is canceled (they are nacked), and makes later messages
+// of a batch fail at once.
+func (w *Worker) abandon() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.abandoned = true
+	for id, b := range w.batches {
+		for _, e := range b.entries {
+			if e != nil {
+				e.err = fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
+			}
+		}
+		close(b.done)
+		delete(w.batches, id)
+	}
+}
+
+// applier applies the complete batches one after the other, in one
+// long-lived goroutine (whose stack has grown to what applying needs, where
+// a fresh handler goroutine would grow its stack for every batch). It runs
+// from Start until the router has stopped.
+func (w *Worker) applier() {
+	for b := range w.applyQ {
+		w.applySafely(b)
+		close(b.done)
+	}
+}
+
+// applySafely applies b; a panic (like the Recoverer middleware's in a
+// handler) nacks the batch's messages instead of ending the process.
+func (w *Worker) applySafely(b *pendingBatch) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The panic value is not logged: it may quote a document.
+			w.log.Error("panic while applying a batch; its messages are read again", "panic_type", fmt.Sprintf("%T", r), "stack", string(debug.Stack()))
+			for _, e := range b.entries {
+				e.err = fmt.Errorf("%w: the handler panicked (%T)", errUnfinished, r)
+			}
+		}
+	}()
+	w.apply(b.entries)
+}
+
+// batchOf reads the batch metadata of msg; ok is false when there is none
+// or it is not valid.
+func (w *Worker) batchOf(msg *message.Message) (id string, index, size int, ok bool) {
+	id = msg.Metadata.Get(MetadataBatch)
+	if id == "" {
+		return "", 0, 0, false
+	}
+	index, err1 := strconv.Atoi(msg.Metadata.Get(MetadataBatchIndex))
+	size, err2 := strconv.Atoi(msg.Metadata.Get(MetadataBatchSize))
+	if err1 != nil || err2 != nil || size < 1 || size > w.cfg.MaxBatch || index < 0 || index >= size {
+		return "", 0, 0, false
+	}
+	return id, index, size, true
+}
+
+// source is where a message was read: its partition and offset when the
+// subscriber says so (otherwise partition -1, offset -1).
+type source struct {
+	partition int32
+	offset    int64
+	known     bool
+}
+
+func sourceOf(msg *message.Message) source {
+	p, err1 := strconv.ParseInt(msg.Metadata.Get(MetadataPartition), 10, 32)
+	o, err2 := strconv.ParseInt(msg.Metadata.Get(MetadataOffset), 10, 64)
+	if err1 != nil || err2 != nil {
+		return source{partition: -1, offset: -1}
+	}
+	return source{partition: int32(p), offset: o, known: true}
+}
+
+// apply applies one batch (entries in poll order) and sets every entry's
+// result: decode, apply, dead-letter.
+func (w *Worker) apply(entries []*batchEntry) {
+	w.stats.batches.Add(1)
+	srcs := make([]source, len(entries))
+	dead := make([]*deadLetterInfo, len(entries))
+	muts, owners := w.decode(entries, srcs, dead)
+	unfinished := w.applyMutations(muts, owners, entries, srcs, dead)
+	w.deadLetter(entries, srcs, dead, unfinished)
+}
+
+// decode decodes every message; undecodable ones get a dead-letter reason.
+func (w *Worker) decode(entries []*batchEntry, srcs []source, dead []*deadLetterInfo) ([]domain.Mutation, []int) {
+	muts := make([]domain.Mutation, 0, len(entries))
+	owners := make([]int, 0, len(entries))
+	for i, e := range entries {
+		srcs[i] = sourceOf(e.msg)
+		m, err := decodeRecord([]byte(e.msg.Metadata.Get(KeyMetadata)), e.msg.Payload)
+		if err != nil {
+			w.log.Warn("undecodable mutation record: dead-lettering it", "partition", srcs[i].partition, "offset", srcs[i].offset, "error", err)
+			dead[i] = &deadLetterInfo{reason: ReasonUndecodable, code: domain.CodeInvalidArgument.String(), message: err.Error(), mutationID: validUTF8(e.msg.UUID)}
+			continue
+		}
+		if srcs[i].known {
+			m.Source = domain.SourcePosition{Partition: srcs[i].partition, Offset: srcs[i].offset}
+		}
+		muts = append(muts, m)
+		owners = append(owners, i)
+	}
+	return muts, owners
+}
+
+// applyMutations hands the decoded mutations to the handler, sets the
+// applied entries' results and the failures' dead-letter reasons, and
+// returns, per partition, the first offset that did not finish (canceled).
+func (w *Worker) applyMutations(muts []domain.Mutation, owners []int, entries []*batchEntry, srcs []source, dead []*deadLetterInfo) map[int32]int64 {
+	stopAt := map[int32]int64{}
+	if len(muts) == 0 {
+		return stopAt
+	}
+	outcomes := w.handler.ApplyMutations(w.applyCtx, muts)
+	for j, i := range owners {
+		o := ports.ApplyOutcome{Err: domain.Errorf(domain.CodeCanceled, "the handler returned no outcome")}
+		if j < len(outcomes) {
+			o = outcomes[j]
+		}
+		if o.Err == nil {
+			w.stats.applied.Add(1)
+			continue
+		}
+		e := domain.AsError(o.Err)
+		if e.Code == domain.CodeCanceled {
+			entries[i].err = fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
+			if at, ok := stopAt[srcs[i].partition]; !ok || srcs[i].offset < at || !srcs[i].known {
+				stopAt[srcs[i].partition] = srcs[i].offset
+			}
+			continue
+		}
+		m := muts[j]
+		w.log.Warn("mutation failed permanently: dead-lettering it", "mutation_id", m.ID, "address", m.Address.String(),
+			"kind", m.Kind.String(), "partition", srcs[i].partition, "offset", srcs[i].offset,
+			"code", e.Code.String(), "attempts", o.Attempts, "error", e.Message)
+		dead[i] = &deadLetterInfo{reason: ReasonApplyFailed, code: e.Code.String(), message: e.Error(), attempts: o.Attempts, mutationID: m.ID}
+	}
+	return stopAt
+}
+
+// deadLetter publishes the dead letters of records before their
+// partition's first unfinished offset and waits for the acknowledgements;
+// the others are nacked (read again).
+func (w *Worker) deadLetter(entries []*batchEntry, srcs []source, dead []*deadLetterInfo, stopAt map[int32]int64) {
+	var idx []int
+	var msgs []*message.Message
+	now := w.cfg.Now()
+	for i, d := range dead {
+		if d == nil {
+			continue
+		}
+		if at, ok := stopAt[srcs[i].partition]; ok && (srcs[i].offset > at || !srcs[i].known) {
+			entries[i].err = fmt.Errorf("%w: an earlier mutation of its partition was not finished", errUnfinished)
+			continue
+		}
+		idx = append(idx, i)
+		msgs = append(msgs, newDeadLetterMessage(entries[i].msg, w.cfg.Topic, srcs[i], *d, now))
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	failed := w.publishDeadLetters(msgs)
+	counts := map[string]int{}
+	for j, i := range idx {
+		if failed[j] != nil {
+			entries[i].err = fmt.Errorf("%w: cannot write it to the dead-letter topic: %w", errUnfinished, failed[j])
+			continue
+		}
+		reason := dead[i].code
+		if dead[i].reason == ReasonUndecodable {
+			reason = ReasonLabelUndecodable
+		}
+		counts[reason]++
+	}
+	for reason, n := range counts {
+		w.cfg.Observer.DeadLettered(reason, n)
+	}
+}
+
+// publishDeadLetters publishes the dead-letter messages, retrying the
+// failed ones with backoff until all are acknowledged or the worker is
+// canceled. It returns each message's final error.
+func (w *Worker) publishDeadLetters(msgs []*message.Message) []error {
+	errs := make([]error, len(msgs))
+	pending := make([]int, len(msgs))
+	for i := range pending {
+		pending[i] = i
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		attemptCtx, cancel := context.WithTimeout(w.applyCtx, 30*time.Second)
+		batch := make([]*message.Message, len(pending))
+		for j, i := range pending {
+			msgs[i].SetContext(attemptCtx)
+			batch[j] = msgs[i]
+		}
+		err := w.pub.Publish(w.cfg.DeadLetterTopic, batch...)
+		cancel()
+		if err == nil {
+			w.stats.deadLettered.Add(int64(len(pending)))
+			for _, i := range pending {
+				errs[i] = nil
+			}
+			return errs
+		}
+		retry := pending
+		var pe *PublishError
+		if errors.As(err, &pe) {
+			retry = make([]int, 0, len(pe.Failed))
+			for _, f := range pe.Failed {
+				if f.Index >= 0 && f.Index < len(pending) {
+					retry = append(retry, pending[f.Index])
+				}
+			}
+		}
+		w.stats.deadLettered.Add(int64(len(pending) - len(retry)))
+		for _, i := range pending {
+			errs[i] = nil
+		}
+		for _, i := range retry {
+			errs[i] = err
+		}
+		pending = retry
+		w.log.Warn("cannot write to the dead-letter topic; retrying", "topic", w.cfg.DeadLetterTopic, "records", len(pending), "error", err)
+		if !sleepCtx(w.applyCtx, backoff) {
+			return errs
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// routerLogger is the Router's watermill.LoggerAdapter on slog: the
+// Router's info messages are logged at debug level, and fields are only
+// converted when the level is enabled (the Router logs per message).
+type routerLogger struct{ l *slog.Logger }
+
+var _ watermill.LoggerAdapter = routerLogger{}
+
+func (r routerLogger) log(level slog.Level, msg string, fields watermill.LogFields, extra ...any) {
+	if !r.l.Enabled(context.Background(), level) {
+		return
+	}
+	args := make([]any, 0, 2*len(fields)+len(extra))
+	for k, v := range fields {
+		args = append(args, k, v)
+	}
+	r.l.Log(context.Background(), level, msg, append(args, extra...)...)
+}
+
+func (r routerLogger) Error(msg string, err error, fields watermill.LogFields) {
+	r.log(slog.LevelError, msg, fields, "error", err)
+}
+func (r routerLogger) Info(msg string, fields watermill.LogFields) {
+	r.log(slog.LevelDebug, msg, fields)
+}
+func (r routerLogger) Debug(msg string, fields watermill.LogFields) {
+	r.log(slog.LevelDebug, msg, fields)
+}
+func (r routerLogger) Trace(msg string, fields watermill.LogFields) {
+	r.log(watermill.LevelTrace, msg, fields)
+}
+
+func (r routerLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	args := make([]any, 0, 2*len(fields))
+	for k, v := range fields {
+		args = append(args, k, v)
+	}
+	return routerLogger{r.l.With(args...)}
+}

@@ -1,0 +1,59 @@
+package application
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/sink-io/sink/adapters/memory"
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// BenchmarkSinglePut measures the application's cost of one single-record
+// put on memory storage (no gRPC), with natural batching on and off.
+func BenchmarkSinglePut(b *testing.B) {
+	doc := domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"payload":"` + strings.Repeat("x", 1000) + `"}`)}
+	for _, batch := range []bool{true, false} {
+		b.Run(fmt.Sprintf("batch=%v", batch), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Batch.Enabled = batch
+			s, err := NewService(cfg, memory.New(), []ports.MergeProfile{listProfile{}}, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				m := domain.Mutation{Kind: domain.MutationPut, Address: listAddr(fmt.Sprint(i % 1000)), Document: doc}
+				res, err := s.Write(context.Background(), []domain.Mutation{m}, WaitUntilApplied)
+				if err != nil || res[0].Status != StatusApplied {
+					b.Fatal(err, res)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBatchPut500 measures the application's cost of one 500-put
+// request on memory storage (no gRPC).
+func BenchmarkBatchPut500(b *testing.B) {
+	doc := domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"payload":"` + strings.Repeat("x", 1000) + `"}`)}
+	s, err := NewService(DefaultConfig(), memory.New(), []ports.MergeProfile{listProfile{}}, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	muts := make([]domain.Mutation, 500)
+	for i := range muts {
+		muts[i] = domain.Mutation{Kind: domain.MutationPut, Address: listAddr(fmt.Sprint(i)), Document: doc}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := s.Write(context.Background(), muts, WaitUntilApplied)
+		if err != nil || res[499].Status != StatusApplied {
+			b.Fatal(err, res[499])
+		}
+	}
+}

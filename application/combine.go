@@ -1,0 +1,294 @@
+package application
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sink-io/sink/domain"
+)
+
+var shardSeed = maphash.MakeSeed()
+
+// shardOf returns the shard (of n) of the records a caller's n ops
+// address, id(k) naming op k's record, or -1 when they span several
+// shards.
+func shardOf(n, ops int, id func(k int) domain.RecordID) int {
+	if n == 1 {
+		return 0
+	}
+	shard := -1
+	for k := 0; k < ops; k++ {
+		h := int(maphash.String(shardSeed, string(id(k))) % uint64(n))
+		switch {
+		case shard < 0:
+			shard = h
+		case h != shard:
+			return -1
+		}
+	}
+	return shard
+}
+
+// combiner gives natural batching (the service has one per shard of
+// records; callers whose records span shards are not batched): while one batch of work is at storage,
+// new callers queue; when it returns, the queued callers go to storage
+// together as the next batch, in arrival order, up to max operations. There
+// is no timer: a caller that finds nothing in flight runs at once, alone, so
+// at low load nothing waits, and under load batches form by themselves.
+//
+// One batch runs at a time, so the batches of one combiner are applied in
+// arrival order: a caller's work starts only after the work of every caller
+// that queued before it finished.
+//
+// The caller that finds nothing in flight leads: it runs the batch in its
+// own goroutine. When a batch ends, the leader wakes the callers it carried
+// and hands the lead to the oldest queued caller, which runs the next batch
+// (so no caller runs more than its own batch).
+type combiner[T any] struct {
+	max  int
+	size func(T) int
+	run  func(batch []*waiter[T])
+
+	mu    sync.Mutex
+	busy  bool
+	queue []*waiter[T]
+
+	// hints (write combiners) are the last written states of the records
+	// of the shard; they are dropped when the combiner goes idle.
+	hints hintTable
+
+	// onQueued, when set (tests), is called after a caller queued.
+	onQueued func()
+}
+
+// waiter is one caller's work in a combiner.
+type waiter[T any] struct {
+	item  T
+	ctx   context.Context
+	state waiterState
+	wake  chan struct{}
+}
+
+type waiterState uint8
+
+const (
+	waiterQueued waiterState = iota
+	waiterTaken              // carried by another leader's batch
+	waiterLead               // woken to lead the next batch
+)
+
+// do runs item, alone or in a batch with the items of concurrent callers,
+// and returns when it ran. It returns ctx's error, without running item,
+// when ctx ended while item was still queued.
+func (c *combiner[T]) do(ctx context.Context, item T) error {
+	w := &waiter[T]{item: item, ctx: ctx}
+	c.mu.Lock()
+	if !c.busy {
+		c.busy = true
+		c.mu.Unlock()
+		c.lead(w)
+		return nil
+	}
+	w.wake = make(chan struct{})
+	c.queue = append(c.queue, w)
+	c.mu.Unlock()
+	if c.onQueued != nil {
+		c.onQueued()
+	}
+	select {
+	case <-w.wake:
+	case <-ctx.Done():
+		c.mu.Lock()
+		if w.state == waiterQueued {
+			for k, q := range c.queue {
+				if q == w {
+					c.queue = append(c.queue[:k], c.queue[k+1:]...)
+					break
+				}
+			}
+			c.mu.Unlock()
+			return ctx.Err()
+		}
+		c.mu.Unlock()
+		<-w.wake
+	}
+	if w.state == waiterLead {
+		c.lead(w)
+	}
+	return nil
+}
+
+// lead runs one batch: w and the queued callers after it, up to max
+// operations in all (w always runs, even when it alone exceeds max).
+func (c *combiner[T]) lead(w *waiter[T]) {
+	batch := []*waiter[T]{w}
+	defer func() {
+		c.mu.Lock()
+		for _, b := range batch[1:] {
+			close(b.wake)
+		}
+		if len(c.queue) > 0 {
+			next := c.queue[0]
+			c.queue = c.queue[1:]
+			next.state = waiterLead
+			close(next.wake)
+		} else {
+			c.busy = false
+			c.hints.reset()
+		}
+		c.mu.Unlock()
+	}()
+	c.mu.Lock()
+	n := c.size(w.item)
+	k := 0
+	for ; k < len(c.queue); k++ {
+		q := c.queue[k]
+		sz := c.size(q.item)
+		if n+sz > c.max {
+			break
+		}
+		n += sz
+		q.state = waiterTaken
+		batch = append(batch, q)
+	}
+	c.queue = c.queue[k:]
+	c.mu.Unlock()
+	c.run(batch)
+}
+
+// batchContext returns the context for the storage calls of a batch. With
+// one caller it is that caller's context; with several, it keeps the values
+// of the first and ends when every caller's context ended, so that the
+// batch is not cut short for the callers still waiting for it. stop
+// releases it.
+func batchContext[T any](batch []*waiter[T]) (ctx context.Context, stop func()) {
+	if len(batch) == 1 {
+		return batch[0].ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, w := range batch {
+		stops[i] = context.AfterFunc(w.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
+}
+
+// recordState is a record's state right after a successful put: the
+// document written and the revision storage returned.
+type recordState struct {
+	doc domain.Document
+	rev domain.Revision
+}
+
+// hintTable keeps, for the records of one write shard, the state the
+// service itself last wrote: by the storage port's contract a read of the
+// record returns exactly that document (content type and bytes) with that
+// revision until someone else writes it. A fold of merges of a record with
+// a hint starts from it instead of reading the record (see prepareFolds);
+// its write stays conditional on the hint's revision, so a hint made stale
+// by another writer (another process, a caller outside the shard's
+// batches) costs one conflict, after which the hint is dropped and the
+// fold re-reads the record as without hints. Client reads never use hints.
+//
+// Bounds: a batch sees the hints of its own earlier waves and of the batch
+// before it (begin rotates them), so the table holds at most the records
+// of two batches; and it is emptied whenever the combiner goes idle (no
+// caller waiting), so at low load no hint outlives its batch.
+//
+// The table is safe for concurrent use: the shard's batches (one at a
+// time) set and use hints; callers outside them only drop hints of records
+// they write.
+type hintTable struct {
+	mu        sync.Mutex
+	cur, prev map[domain.RecordID]recordState
+}
+
+// hintsMax bounds the hints a batch keeps (a larger batch keeps no more;
+// the rest are read as without hints).
+const hintsMax = 4096
+
+// begin starts a batch: the hints of the batch before it become the
+// older generation, those of the batch before that are dropped.
+func (h *hintTable) begin() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.prev, h.cur = h.cur, nil
+	h.mu.Unlock()
+}
+
+// get returns the record's hint.
+func (h *hintTable) get(id domain.RecordID) (recordState, bool) {
+	if h == nil {
+		return recordState{}, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st, ok := h.cur[id]; ok {
+		return st, true
+	}
+	st, ok := h.prev[id]
+	return st, ok
+}
+
+// set records that the service wrote doc to the record, getting rev.
+func (h *hintTable) set(id domain.RecordID, doc domain.Document, rev domain.Revision) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil {
+		h.cur = make(map[domain.RecordID]recordState)
+	}
+	if _, ok := h.cur[id]; !ok && len(h.cur) >= hintsMax {
+		delete(h.prev, id)
+		return
+	}
+	h.cur[id] = recordState{doc: doc, rev: rev}
+}
+
+// drop forgets the record's hint.
+func (h *hintTable) drop(id domain.RecordID) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	delete(h.cur, id)
+	delete(h.prev, id)
+	h.mu.Unlock()
+}
+
+// reset forgets every hint.
+func (h *hintTable) reset() {
+	h.mu.Lock()
+	h.cur, h.prev = nil, nil
+	h.mu.Unlock()
+}
+
+// len returns the number of records with a hint (tests).
+func (h *hintTable) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(h.cur)
+	for id := range h.prev {
+		if _, ok := h.cur[id]; !ok {
+			n++
+		}
+	}
+	return n
+}

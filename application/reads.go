@@ -1,0 +1,70 @@
+package application
+
+import (
+	"context"
+	"time"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// readJob is one caller's validated reads.
+type readJob struct {
+	addrs []domain.Address
+	out   []ports.ReadResult
+}
+
+// readStorage reads addrs from storage: at once, or, with natural batching
+// (Config.Batch), together with the reads of the callers that wait while
+// another read is at storage.
+func (s *Service) readStorage(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
+	shard := -1
+	if s.reads != nil {
+		shard = shardOf(len(s.reads), len(addrs), func(k int) domain.RecordID { return addrs[k].ID() })
+	}
+	if shard < 0 {
+		return s.storageRead(ctx, addrs)
+	}
+	j := &readJob{addrs: addrs}
+	if err := s.reads[shard].do(ctx, j); err != nil {
+		out := make([]ports.ReadResult, len(addrs))
+		for i := range out {
+			out[i].Err = domain.Wrap(domain.AsError(err).Code, err, "stopped before the record was read")
+		}
+		return out
+	}
+	return j.out
+}
+
+func (s *Service) storageRead(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
+	start := time.Now()
+	got := s.storage.Read(ctx, addrs)
+	s.obs.StorageCall("read", len(addrs), time.Since(start))
+	return got
+}
+
+// runReads is the read combiner's batch: one storage read for the reads of
+// every caller in it, split back in order.
+func (s *Service) runReads(batch []*waiter[*readJob]) {
+	s.obs.Combined("read", len(batch))
+	if len(batch) == 1 {
+		j := batch[0].item
+		j.out = s.storageRead(batch[0].ctx, j.addrs)
+		return
+	}
+	ctx, stop := batchContext(batch)
+	defer stop()
+	n := 0
+	for _, w := range batch {
+		n += len(w.item.addrs)
+	}
+	addrs := make([]domain.Address, 0, n)
+	for _, w := range batch {
+		addrs = append(addrs, w.item.addrs...)
+	}
+	got := s.storageRead(ctx, addrs)
+	for _, w := range batch {
+		k := len(w.item.addrs)
+		w.item.out, got = got[:k:k], got[k:]
+	}
+}
