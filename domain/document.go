@@ -32,8 +32,10 @@ func (r Revision) IsZero() bool { return r == "" }
 // or %v can never put raw client bytes into a message.
 func (r Revision) String() string { return base64.StdEncoding.EncodeToString([]byte(r)) }
 
-// Record is a stored document with its revision.
+// Record is a stored document with its revision and its applied mark (part
+// of the record's hidden metadata; never shown to clients).
 type Record struct {
 	Document Document
 	Revision Revision
+	Mark     AppliedMark
 }

@@ -43,6 +43,14 @@ const (
 	CodeCanceled
 	// CodeAborted: a read-modify-write kept conflicting until its attempts ran out.
 	CodeAborted
+	// CodeAlreadyApplied: the record's applied mark holds the mutation's ID
+	// (a redelivery, or a client's retry with the same idempotency key);
+	// nothing was written.
+	CodeAlreadyApplied
+	// CodeSuperseded: the record's applied mark is at or past the mutation's
+	// log position but does not hold its ID; nothing was written, and
+	// applying it could reorder the record's mutations.
+	CodeSuperseded
 )
 
 var codeNames = [...]string{
@@ -59,6 +67,8 @@ var codeNames = [...]string{
 	CodeUnauthenticated:    "UNAUTHENTICATED",
 	CodeCanceled:           "CANCELED",
 	CodeAborted:            "ABORTED",
+	CodeAlreadyApplied:     "ALREADY_APPLIED",
+	CodeSuperseded:         "SUPERSEDED",
 }
 
 func (c Code) String() string {

@@ -61,11 +61,24 @@ type MergeIntent struct {
 	Fingerprint string
 }
 
-// SourcePosition locates a queued mutation in its log (for Kafka: partition
-// and offset). It is zero for mutations applied synchronously.
+// SourcePosition locates a queued mutation in its log: the log's identity
+// (for Kafka: the topic's id, or a configured log epoch), partition and
+// offset. It is zero (Log empty) for mutations applied synchronously.
 type SourcePosition struct {
+	Log       string
 	Partition int32
 	Offset    int64
+}
+
+// IsZero reports whether the position names no log.
+func (p SourcePosition) IsZero() bool { return p.Log == "" }
+
+// Covers reports whether a mutation at q comes at or before p in the same
+// partition of the same log: once p has been applied to a record, a
+// mutation of that record at q is a redelivery (or was superseded).
+// Positions in different logs or partitions never cover each other.
+func (p SourcePosition) Covers(q SourcePosition) bool {
+	return !p.IsZero() && p.Log == q.Log && p.Partition == q.Partition && q.Offset <= p.Offset
 }
 
 // Mutation is one write-side operation on one record: a complete-document
@@ -73,8 +86,13 @@ type SourcePosition struct {
 // synchronous path and through the mutation queue, so both share one
 // execution path.
 type Mutation struct {
-	// ID is unique per submitted mutation and stable across redeliveries.
-	ID      string
+	// ID is unique per submitted mutation and stable across redeliveries;
+	// a client's idempotency key, when it gave one (at most
+	// MaxMutationIDBytes). Records remember the IDs of the mutations last
+	// applied to them (AppliedMark), so an ID seen again is not applied again.
+	ID string
+	// Keyed is true when ID is a client's idempotency key.
+	Keyed   bool
 	Kind    MutationKind
 	Address Address
 

@@ -36,12 +36,39 @@ const (
 	WriteDelete
 )
 
+// MarkUpdate names the mutations a write applies, so that the storage
+// records them in the record's applied mark (domain.AppliedMark) in the
+// same atomic write as the document and its revision.
+type MarkUpdate struct {
+	// IDs of the mutations the write applies, in order (one, or a fold of
+	// merges); each at most domain.MaxMutationIDBytes.
+	IDs []string
+	// Position is the log position of the last of them; zero for a
+	// synchronous write (the mark's position is then kept).
+	Position domain.SourcePosition
+	// Keep is the ring size: the mark keeps the Keep most recent IDs
+	// (1 to domain.MaxAppliedRing).
+	Keep int
+	// Base, with a ConditionRevision write, is the mark the caller read
+	// together with that revision. A revision pins the whole record, mark
+	// included, so a storage that cannot update the mark in place may check
+	// and advance Base instead of reading the mark again; if the revision no
+	// longer matches, the write fails with CodeRevisionMismatch anyway.
+	// Ignored with other conditions.
+	Base *domain.AppliedMark
+}
+
 // WriteOp is one storage write on one record.
 type WriteOp struct {
 	Kind      WriteKind
 	Address   domain.Address
 	Document  domain.Document // WritePut only
 	Condition Condition
+	// Mark, when set, is recorded in the record's applied mark; see
+	// Storage for how it is checked. When nil, a put keeps the record's
+	// mark as it is (a synchronous write without an idempotency key never
+	// wipes what the worker recorded).
+	Mark *MarkUpdate
 }
 
 // ReadResult is the outcome of reading one record. Found is false when the
@@ -56,8 +83,10 @@ type ReadResult struct {
 // record's new revision (empty after a delete) and Existed tells whether the
 // record existed before. On failure Err is a *domain.Error whose code is
 // CodeAlreadyExists (ConditionAbsent failed), CodeNotFound (ConditionExists
-// or ConditionRevision found no record), CodeRevisionMismatch, or a storage
-// error class (CodeUnavailable, CodeOutcomeUnknown, CodeInvalidArgument, ...).
+// or ConditionRevision found no record), CodeRevisionMismatch,
+// CodeAlreadyApplied (Revision is then the one the earlier write of that
+// mutation produced) or CodeSuperseded (see Storage), or a storage error
+// class (CodeUnavailable, CodeOutcomeUnknown, CodeInvalidArgument, ...).
 type WriteResult struct {
 	Revision domain.Revision
 	Existed  bool
@@ -74,6 +103,16 @@ type WriteResult struct {
 //   - Revisions are opaque, change on every successful write and are never
 //     reused for the same record, even after a delete and re-create.
 //   - A whole-call failure is reported as the same error in every result.
+//   - Applied marks: Read returns the record's mark in Record.Mark. A write
+//     with a Mark is checked against the record's current mark before its
+//     Condition: if the record exists and its mark holds one of Mark.IDs,
+//     nothing is written and the result is CodeAlreadyApplied with the
+//     revision of that ID's ring entry; else if the mark's position covers
+//     Mark.Position (domain.SourcePosition.Covers), nothing is written and
+//     the result is CodeSuperseded. Otherwise the write happens and the mark
+//     becomes mark.Advance(Mark.IDs, new revision, Mark.Position, Mark.Keep),
+//     atomically with the document and revision. A put without a Mark keeps
+//     the mark; a delete removes the record with its mark.
 type Storage interface {
 	// Read returns one result per address, in order.
 	Read(ctx context.Context, addrs []domain.Address) []ReadResult

@@ -19,8 +19,9 @@ var _ ports.Storage = (*Store)(nil)
 const shards = 64
 
 type entry struct {
-	doc domain.Document
-	rev domain.Revision
+	doc  domain.Document
+	rev  domain.Revision
+	mark domain.AppliedMark
 }
 
 type shard struct {
@@ -54,6 +55,13 @@ func clone(d domain.Document) domain.Document {
 	return domain.Document{ContentType: d.ContentType, Data: append([]byte(nil), d.Data...)}
 }
 
+func cloneMark(m domain.AppliedMark) domain.AppliedMark {
+	if m.Recent != nil {
+		m.Recent = append([]domain.AppliedEntry(nil), m.Recent...)
+	}
+	return m
+}
+
 // Read implements ports.Storage.
 func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
 	out := make([]ports.ReadResult, len(addrs))
@@ -70,7 +78,7 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 		e, ok := sh.records[id]
 		sh.mu.RUnlock()
 		if ok {
-			out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: clone(e.doc), Revision: e.rev}}
+			out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: clone(e.doc), Revision: e.rev, Mark: cloneMark(e.mark)}}
 		}
 	}
 	return out
@@ -98,6 +106,11 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	cur, exists := sh.records[id]
+	if op.Mark != nil && exists {
+		if err := covered(op, cur.mark); err != nil {
+			return *err
+		}
+	}
 	switch op.Condition.Kind {
 	case ports.ConditionAbsent:
 		if exists {
@@ -120,8 +133,29 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 		return ports.WriteResult{Existed: exists}
 	}
 	rev := domain.Revision(strconv.FormatUint(s.seq.Add(1), 10))
-	sh.records[id] = entry{doc: clone(op.Document), rev: rev}
+	mark := cur.mark // zero when the record did not exist
+	if op.Mark != nil {
+		mark = mark.Advance(op.Mark.IDs, rev, op.Mark.Position, op.Mark.Keep)
+	}
+	sh.records[id] = entry{doc: clone(op.Document), rev: rev, mark: mark}
 	return ports.WriteResult{Revision: rev, Existed: exists}
+}
+
+// covered checks op's mark update against the record's mark (see
+// ports.Storage): the result to return when the write must not happen.
+func covered(op *ports.WriteOp, mark domain.AppliedMark) *ports.WriteResult {
+	for _, id := range op.Mark.IDs {
+		if e, ok := mark.Find(id); ok {
+			return &ports.WriteResult{Revision: e.Revision, Existed: true,
+				Err: domain.Errorf(domain.CodeAlreadyApplied, "mutation %q was already applied to record %s", id, op.Address)}
+		}
+	}
+	if mark.Position.Covers(op.Mark.Position) {
+		return &ports.WriteResult{Existed: true,
+			Err: domain.Errorf(domain.CodeSuperseded, "record %s already has a mutation applied from partition %d at offset %d, at or after this one's offset %d",
+				op.Address, mark.Position.Partition, mark.Position.Offset, op.Mark.Position.Offset)}
+	}
+	return nil
 }
 
 // Validate implements ports.Storage: the memory store holds any document.
@@ -141,7 +175,7 @@ func (s *Store) Snapshot() map[domain.RecordID]domain.Record {
 		sh := &s.shards[i]
 		sh.mu.RLock()
 		for id, e := range sh.records {
-			out[id] = domain.Record{Document: clone(e.doc), Revision: e.rev}
+			out[id] = domain.Record{Document: clone(e.doc), Revision: e.rev, Mark: cloneMark(e.mark)}
 		}
 		sh.mu.RUnlock()
 	}
