@@ -191,12 +191,16 @@ func batchContext[T any](batch []*waiter[T]) (ctx context.Context, stop func()) 
 type recordState struct {
 	doc domain.Document
 	rev domain.Revision
+	// mark is the record's applied mark after that put, as far as the
+	// service knows it (see knownMark).
+	mark knownMark
 }
 
 // hintTable keeps, for the records of one write shard, the state the
 // service itself last wrote: by the storage port's contract a read of the
 // record returns exactly that document (content type and bytes) with that
-// revision until someone else writes it. A fold of merges of a record with
+// revision (and the applied mark, as far as the hint knows it) until
+// someone else writes it. A fold of merges of a record with
 // a hint starts from it instead of reading the record (see prepareFolds);
 // its write stays conditional on the hint's revision, so a hint made stale
 // by another writer (another process, a caller outside the shard's
@@ -245,8 +249,9 @@ func (h *hintTable) get(id domain.RecordID) (recordState, bool) {
 	return st, ok
 }
 
-// set records that the service wrote doc to the record, getting rev.
-func (h *hintTable) set(id domain.RecordID, doc domain.Document, rev domain.Revision) {
+// set records that the service wrote st.doc to the record, getting
+// st.rev, leaving the mark st.mark.
+func (h *hintTable) set(id domain.RecordID, st recordState) {
 	if h == nil {
 		return
 	}
@@ -259,7 +264,7 @@ func (h *hintTable) set(id domain.RecordID, doc domain.Document, rev domain.Revi
 		delete(h.prev, id)
 		return
 	}
-	h.cur[id] = recordState{doc: doc, rev: rev}
+	h.cur[id] = st
 }
 
 // drop forgets the record's hint.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sink-io/sink/domain"
 )
 
 // Limits bound what one request may carry.
@@ -131,6 +133,12 @@ type Config struct {
 	Apply RetryPolicy
 	// Batch configures natural batching.
 	Batch BatchPolicy
+	// IdempotencyRing is how many mutation IDs (queued mutations' IDs and
+	// clients' idempotency keys) each record's applied mark remembers (1 to
+	// domain.MaxAppliedRing): the window within which a redelivery or a
+	// client's retry of a record's mutation is recognised and not applied
+	// again (see domain.AppliedMark).
+	IdempotencyRing int
 	// AsyncDisabledHint is appended to the error returned for
 	// RETURN_AFTER_ACCEPTED requests when no queue is configured; it should
 	// name the settings that enable the queue.
@@ -146,8 +154,9 @@ func DefaultConfig() Config {
 			RetryPolicy: RetryPolicy{MaxAttempts: 32, BaseBackoff: time.Millisecond, MaxBackoff: 100 * time.Millisecond},
 			Timeout:     2 * time.Second,
 		},
-		Apply: RetryPolicy{MaxAttempts: 10, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second},
-		Batch: BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 4},
+		Apply:           RetryPolicy{MaxAttempts: 10, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second},
+		Batch:           BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 4},
+		IdempotencyRing: domain.DefaultAppliedRing,
 	}
 }
 
@@ -163,6 +172,9 @@ func (c Config) Validate() error {
 	}
 	if c.Batch.Enabled && (c.Batch.Shards < 1 || c.Batch.Shards > 1024) {
 		errs = append(errs, fmt.Errorf("batch: shards must be between 1 and 1024, got %d", c.Batch.Shards))
+	}
+	if c.IdempotencyRing < 1 || c.IdempotencyRing > domain.MaxAppliedRing {
+		errs = append(errs, fmt.Errorf("idempotency ring must be between 1 and %d mutation ids, got %d", domain.MaxAppliedRing, c.IdempotencyRing))
 	}
 	return errors.Join(errs...)
 }

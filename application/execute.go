@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,11 @@ type job struct {
 	results        []WriteResult
 	refs           func(int) opRef
 	blockOnFailure bool
+	// queued: the mutations come from the mutation log (the worker path,
+	// the same callers as blockOnFailure): every one leaves its ID and log
+	// position in its record's applied mark. Synchronous mutations leave
+	// their ID only when it is a client's idempotency key.
+	queued bool
 }
 
 // execute applies the validated mutations work[i], i in valid, writing their
@@ -37,9 +43,16 @@ type job struct {
 // retryable error, later mutations of the same record are not attempted and
 // get a retryable "blocked" error, so that retrying never reorders them.
 //
+// Applied marks: every mutation is checked against, and recorded in, its
+// record's applied mark (domain.AppliedMark) when it has a mark ID (see
+// item.markID): one already applied (Duplicate) is skipped and reported
+// applied with the revision its first write produced (WriteResult.Skipped);
+// one whose log position the mark already passed (Superseded) fails
+// permanently with CodeSuperseded and is never applied out of order.
+//
 // refs names the mutations in their errors.
 func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
-	j := &job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure}
+	j := &job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure}
 	shard := -1
 	if s.writes != nil {
 		shard = shardOf(len(s.writes), len(valid), func(k int) domain.RecordID { return work[valid[k]].Address.ID() })
@@ -124,10 +137,46 @@ func (it item) setWrite(r ports.WriteResult) {
 	if r.Err != nil {
 		ref = it.ref()
 	}
-	it.j.results[it.i] = writeResult(ref, it.m(), r)
+	it.j.results[it.i] = writeResult(ref, it.m(), r, it.markID() != "")
 }
 
 func (it item) fail(err *domain.Error) { it.j.results[it.i] = failed(err) }
+
+// skip sets the result of a mutation found already applied: applied, with
+// the revision the write that applied it produced.
+func (it item) skip(rev domain.Revision) {
+	r := WriteResult{Status: StatusApplied, Revision: rev, Skipped: true}
+	if it.m().Kind == domain.MutationDelete {
+		r.Revision = ""
+	}
+	it.j.results[it.i] = r
+}
+
+// supersede fails a queued mutation whose log position the record's mark
+// already passed without holding its ID.
+func (it item) supersede() {
+	it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeSuperseded,
+		"not applied: the record already has a later mutation of the same log partition applied (this one was applied long ago, or was overtaken); applying it now could reorder the record's mutations"))
+}
+
+// markID is the ID the mutation leaves in its record's applied mark: a
+// queued mutation's ID, a synchronous mutation's only when it is a
+// client's idempotency key; "" for none.
+func (it item) markID() string {
+	m := it.m()
+	if it.j.queued || m.Keyed {
+		return m.ID
+	}
+	return ""
+}
+
+// pos is the mutation's log position (zero for synchronous mutations).
+func (it item) pos() domain.SourcePosition {
+	if it.j.queued {
+		return it.m().Source
+	}
+	return domain.SourcePosition{}
+}
 func (it item) rid() domain.RecordID   { return it.j.work[it.i].Address.ID() }
 func (it item) merge() bool            { return it.j.work[it.i].Kind == domain.MutationMerge }
 func (it item) retryableFailure() bool { e := it.j.results[it.i].Err; return e != nil && e.Retryable }
@@ -255,33 +304,44 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 	}
 	ops := make([]ports.WriteOp, 0, len(units))
 	owners := make([]unit, 0, len(units))
+	// bases: per write op, the record's applied mark before it, as far as
+	// the service knows it (for the hint the write leaves).
+	bases := make([]knownMark, 0, len(units))
+	marks := newMarkAlloc(len(units))
 	var folds []unit
 	for _, u := range units {
 		it := u[0]
 		m := it.m()
 		switch m.Kind {
 		case domain.MutationPut:
-			ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: m.Document, Condition: putCondition(m)})
+			ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: m.Document, Condition: putCondition(m), Mark: s.markUpdate(it, marks)})
 			owners = append(owners, u)
+			// What the record's mark holds before an unconditional put is
+			// not known (a hint may be stale); see the hint it leaves.
+			bases = append(bases, knownMark{})
 		case domain.MutationDelete:
 			c := ports.Condition{Kind: ports.ConditionNone}
 			if !m.ExpectedRevision.IsZero() {
 				c = ports.Condition{Kind: ports.ConditionRevision, Revision: m.ExpectedRevision}
 			}
-			ops = append(ops, ports.WriteOp{Kind: ports.WriteDelete, Address: m.Address, Condition: c})
+			ops = append(ops, ports.WriteOp{Kind: ports.WriteDelete, Address: m.Address, Condition: c, Mark: s.markUpdate(it, marks)})
 			owners = append(owners, u)
+			bases = append(bases, knownMark{})
 		case domain.MutationMerge:
 			folds = append(folds, u)
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		var written [][]item // per write op: the fold members it carries (nil for puts and deletes)
+		var written []*foldWrite // per write op: the fold it carries (nil for puts and deletes)
 		if len(folds) > 0 {
-			written = make([][]item, len(ops), len(ops)+len(folds))
+			written = make([]*foldWrite, len(ops), len(ops)+len(folds))
 			mops, mowners, members := s.prepareFolds(ctx, folds, h)
 			ops = append(ops, mops...)
 			owners = append(owners, mowners...)
 			written = append(written, members...)
+			for _, f := range members {
+				bases = append(bases, f.base)
+			}
 		}
 		var again []unit
 		if len(ops) > 0 {
@@ -295,7 +355,11 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 					case h == nil:
 						s.dropHint(rid)
 					case r.Err == nil && ops[k].Kind == ports.WritePut:
-						h.set(rid, ops[k].Document, r.Revision)
+						b := bases[k]
+						if !r.Existed && (written == nil || written[k] == nil) { // a put that created the record: its mark was empty
+							b = knownMark{known: true}
+						}
+						h.set(rid, recordState{doc: ops[k].Document, rev: r.Revision, mark: b.after(ops[k].Mark, r.Revision)})
 					default:
 						h.drop(rid)
 					}
@@ -305,12 +369,22 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 					it.setWrite(r)
 					continue
 				}
-				if r.Err != nil && conflict(domain.CodeOf(r.Err)) {
+				if c := domain.CodeOf(r.Err); r.Err != nil && (conflict(c) || c == domain.CodeAlreadyApplied || c == domain.CodeSuperseded) {
+					// The record changed since it was read (for a mark: a
+					// concurrent writer applied one of the fold's
+					// mutations, or a later one): re-read and check each
+					// member again.
 					again = append(again, owners[k])
 					continue
 				}
-				for _, it := range written[k] {
+				for _, it := range written[k].applied {
 					it.setWrite(r)
+				}
+				for _, it := range written[k].dups {
+					it.setWrite(r)
+					if r.Err == nil {
+						it.skip(r.Revision)
+					}
 				}
 			}
 		}
@@ -339,24 +413,107 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 			}
 			return
 		}
-		folds, ops, owners = again, ops[:0], owners[:0]
+		folds, ops, owners, bases = again, ops[:0], owners[:0], bases[:0]
 	}
+}
+
+// markUpdate is the mark a put or delete writes: its mark ID and log
+// position, nil when it has neither (a synchronous write without an
+// idempotency key keeps the record's mark as it is).
+func (s *Service) markUpdate(it item, a *markAlloc) *ports.MarkUpdate {
+	id, pos := it.markID(), it.pos()
+	if id == "" && pos.IsZero() {
+		return nil
+	}
+	u := a.update()
+	u.Position, u.Keep = pos, s.cfg.IdempotencyRing
+	if id != "" {
+		u.IDs = a.ids(id)
+	}
+	return u
+}
+
+// markAlloc hands out the mark updates of one wave from a few shared
+// allocations (a wave of 500 puts would otherwise allocate 1000 times).
+// Nothing is allocated until the first update (synchronous writes without
+// keys have none).
+type markAlloc struct {
+	n       int // expected updates
+	updates []ports.MarkUpdate
+	idBuf   []string
+}
+
+func newMarkAlloc(n int) *markAlloc { return &markAlloc{n: n} }
+
+// update returns a new zero update.
+func (a *markAlloc) update() *ports.MarkUpdate {
+	if len(a.updates) == cap(a.updates) {
+		a.updates = make([]ports.MarkUpdate, 0, max(a.n, 8))
+	}
+	a.updates = a.updates[:len(a.updates)+1]
+	return &a.updates[len(a.updates)-1]
+}
+
+// ids returns a slice holding ids, which the caller may append to.
+func (a *markAlloc) ids(ids ...string) []string {
+	if cap(a.idBuf)-len(a.idBuf) < len(ids) {
+		a.idBuf = make([]string, 0, max(a.n, 8, len(ids)))
+	}
+	start := len(a.idBuf)
+	a.idBuf = append(a.idBuf, ids...)
+	return a.idBuf[start:len(a.idBuf):len(a.idBuf)]
+}
+
+// foldWrite is what one fold's write carries: the merges it applies, and
+// the members that are repeats of one of them (the same mutation ID twice
+// in the fold, like a dead-letter replay next to the original), which are
+// applied by the same write and reported skipped.
+type foldWrite struct {
+	applied []item
+	dups    []item
+	// base is the record's mark the fold started from.
+	base knownMark
+}
+
+// knownMark is a record's applied mark as far as the service knows it: all
+// of it (known: read from storage, or computed from one that was), or only
+// what the service's own last write added to it (a put that did not read
+// the record); the storage checks every marked write against the whole
+// mark anyway.
+type knownMark struct {
+	mark  domain.AppliedMark
+	known bool
+}
+
+// after returns the mark after a successful write of u (nil: kept) that
+// produced rev.
+func (b knownMark) after(u *ports.MarkUpdate, rev domain.Revision) knownMark {
+	if u == nil {
+		if !b.known {
+			return knownMark{}
+		}
+		return b
+	}
+	return knownMark{mark: b.mark.Advance(u.IDs, rev, u.Position, u.Keep), known: b.known}
 }
 
 // prepareFolds reads the folds' records (those with a hint in h start from
 // it instead) and runs their merges' profiles. Merges that fail here get
 // their result; each fold with at least one merge that succeeded becomes
 // one conditional write, returned with the merges it carries.
-func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) ([]ports.WriteOp, []unit, [][]item) {
+func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) ([]ports.WriteOp, []unit, []*foldWrite) {
 	current := make([]ports.ReadResult, len(folds))
+	known := make([]bool, len(folds)) // whether current[k]'s mark is the whole mark
 	var addrs []domain.Address
 	var unread []int // folds to read: indexes into folds
 	for k, u := range folds {
 		a := u[0].m().Address
 		if st, ok := h.get(a.ID()); ok {
-			current[k] = ports.ReadResult{Found: true, Record: domain.Record{Document: st.doc, Revision: st.rev}}
+			current[k] = ports.ReadResult{Found: true, Record: domain.Record{Document: st.doc, Revision: st.rev, Mark: st.mark.mark}}
+			known[k] = st.mark.known
 			continue
 		}
+		known[k] = true
 		addrs = append(addrs, a)
 		unread = append(unread, k)
 	}
@@ -370,7 +527,14 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 	}
 	ops := make([]ports.WriteOp, 0, len(folds))
 	owners := make([]unit, 0, len(folds))
-	members := make([][]item, 0, len(folds))
+	members := make([]*foldWrite, 0, len(folds))
+	fws := make([]foldWrite, len(folds))
+	marks := newMarkAlloc(len(folds))
+	n := 0
+	for _, u := range folds {
+		n += len(u)
+	}
+	idBuf := make([]string, 0, n) // the folds' ids, one after another
 	for k, u := range folds {
 		r := current[k]
 		if r.Err != nil {
@@ -385,12 +549,28 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 			cur = &r.Record.Document
 			cond = ports.Condition{Kind: ports.ConditionRevision, Revision: r.Record.Revision}
 		}
-		var applied []item
+		f := &fws[k]
+		f.base = knownMark{mark: r.Record.Mark, known: known[k]}
+		ids := idBuf[len(idBuf):] // mark IDs of the applied merges
+		var pos domain.SourcePosition
 		var stopped map[*job]string // blockOnFailure jobs with a retryable failure in this fold
 		for _, it := range u {
 			if by, ok := stopped[it.j]; ok {
 				it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeUnavailable,
 					"not attempted: mutation %s before it on the same record failed and must be retried first", by))
+				continue
+			}
+			id := it.markID()
+			if id != "" && slices.Contains(ids, id) {
+				f.dups = append(f.dups, it)
+				continue
+			}
+			switch cov, e := r.Record.Mark.Check(id, it.pos()); cov {
+			case domain.Duplicate:
+				it.skip(e.Revision)
+				continue
+			case domain.Superseded:
+				it.supersede()
 				continue
 			}
 			doc, err := s.mergeOne(it, cur)
@@ -405,14 +585,29 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 				continue
 			}
 			cur = &doc
-			applied = append(applied, it)
+			f.applied = append(f.applied, it)
+			if id != "" {
+				ids = append(ids, id)
+			}
+			if p := it.pos(); !p.IsZero() {
+				pos = p
+			}
 		}
-		if len(applied) == 0 {
+		if len(f.applied) == 0 { // (then there are no repeats either)
 			continue
 		}
-		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: u[0].m().Address, Document: *cur, Condition: cond})
+		op := ports.WriteOp{Kind: ports.WritePut, Address: u[0].m().Address, Document: *cur, Condition: cond}
+		if len(ids) > 0 || !pos.IsZero() {
+			idBuf = idBuf[:len(idBuf)+len(ids)]
+			op.Mark = marks.update()
+			op.Mark.IDs, op.Mark.Position, op.Mark.Keep = ids[:len(ids):len(ids)], pos, s.cfg.IdempotencyRing
+			if r.Found && known[k] {
+				op.Mark.Base = &f.base.mark
+			}
+		}
+		ops = append(ops, op)
 		owners = append(owners, u)
-		members = append(members, applied)
+		members = append(members, f)
 	}
 	return ops, owners, members
 }
@@ -508,12 +703,32 @@ func idempotent(m *domain.Mutation) bool {
 	return (m.Kind == domain.MutationPut && m.Mode == domain.PutUpsert) || m.Kind == domain.MutationDelete
 }
 
-func writeResult(ref opRef, m *domain.Mutation, r ports.WriteResult) WriteResult {
+// marked says whether the write recorded the mutation's ID in the
+// record's applied mark: then sending it again is safe whatever it is
+// (the retry finds the ID and is not applied twice), so an unknown
+// outcome is retryable.
+func writeResult(ref opRef, m *domain.Mutation, r ports.WriteResult, marked bool) WriteResult {
+	if r.Err != nil && domain.CodeOf(r.Err) == domain.CodeAlreadyApplied {
+		// The mutation's ID is in the record's mark: the original
+		// outcome, with the revision its write produced.
+		out := WriteResult{Status: StatusApplied, Revision: r.Revision, Skipped: true}
+		if m.Kind == domain.MutationDelete {
+			out.Revision = ""
+		}
+		return out
+	}
 	if r.Err != nil {
 		e := domain.AsError(r.Err)
-		if e.Code == domain.CodeOutcomeUnknown && e.Retryable != idempotent(m) {
+		if retry := marked || idempotent(m); e.Code == domain.CodeOutcomeUnknown && e.Retryable != retry {
 			c := *e
-			c.Retryable = idempotent(m)
+			c.Retryable = retry
+			e = &c
+		}
+		if e.Code == domain.CodeSuperseded && e.Retryable {
+			// Never retried: applying it later could reorder the record's
+			// mutations (the worker dead-letters it).
+			c := *e
+			c.Retryable = false
 			e = &c
 		}
 		e = opError(ref, storageField(m, e.Code), e)

@@ -323,7 +323,7 @@ func TestHintsAreBounded(t *testing.T) {
 	for b := 0; b < 3; b++ {
 		h.begin()
 		for i := 0; i < 10; i++ {
-			h.set(id(b, i), doc, "r")
+			h.set(id(b, i), recordState{doc: doc, rev: "r"})
 		}
 	}
 	if n := h.len(); n != 20 {
@@ -337,9 +337,9 @@ func TestHintsAreBounded(t *testing.T) {
 	}
 	h.begin()
 	for i := 0; i < hintsMax+10; i++ {
-		h.set(id(3, i), doc, "r")
+		h.set(id(3, i), recordState{doc: doc, rev: "r"})
 	}
-	h.set(id(2, 0), doc, "new") // batch 2's record, now over the bound
+	h.set(id(2, 0), recordState{doc: doc, rev: "new"}) // batch 2's record, now over the bound
 	if _, ok := h.get(id(2, 0)); ok {
 		t.Fatal("a record over the bound kept its older hint")
 	}
@@ -350,4 +350,121 @@ func TestHintsAreBounded(t *testing.T) {
 	if n := h.len(); n != 0 {
 		t.Fatalf("%d hints after reset", n)
 	}
+}
+
+// apply starts ApplyMutations of muts like write (lead: it reaches
+// storage.Write; else it queues behind the batch in flight).
+func (h *hinted) apply(muts []domain.Mutation, lead bool) *[]ports.ApplyOutcome {
+	out := new([]ports.ApplyOutcome)
+	for i := range muts {
+		muts[i].Address.Store = "primary"
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		*out = h.s.ApplyMutations(context.Background(), muts)
+	}()
+	if lead {
+		<-h.st.entered
+	} else {
+		<-h.queued
+	}
+	return out
+}
+
+func queuedAt(m domain.Mutation, id string, off int64) domain.Mutation {
+	m.ID, m.Source = id, domain.SourcePosition{Log: "L", Offset: off}
+	return m
+}
+
+// Hints carry the record's applied mark: a fold that starts from the
+// state the service wrote last checks its members against that mark
+// without reading the record, so a redelivered merge is skipped, and its
+// write's Base is the hint's mark.
+func TestFoldFromHintChecksItsMark(t *testing.T) {
+	rec := &markRecorder{}
+	h := newHinted(t, func(s ports.Storage) ports.Storage { rec.Storage = s; return rec })
+	// A new record: its whole mark is known.
+	p := h.apply([]domain.Mutation{queuedAt(listPut("k", "p"), "p", 1)}, true)
+	a := h.apply([]domain.Mutation{queuedAt(listMerge("k", "a"), "a", 2)}, false)
+	// The put is written; the fold of a is at storage.
+	h.next()
+	// a redelivered, then b:
+	b := h.apply([]domain.Mutation{queuedAt(listMerge("k", "a"), "a", 2), queuedAt(listMerge("k", "b"), "b", 3)}, false)
+	h.next()
+	h.last()
+	for _, o := range append(append(*p, *a...), *b...) {
+		if o.Err != nil {
+			t.Fatalf("outcome %+v", o)
+		}
+	}
+	if (*a)[0].Skipped || !(*b)[0].Skipped || (*b)[1].Skipped {
+		t.Fatalf("skipped: a=%v, redelivered a=%v, b=%v; want only the redelivery", (*a)[0].Skipped, (*b)[0].Skipped, (*b)[1].Skipped)
+	}
+	if got := h.list("k"); got != "p,a,b" {
+		t.Fatalf("record holds %q, want p,a,b", got)
+	}
+	if st := h.count.Stats(); st.Reads != 0 || st.Writes != 3 {
+		t.Fatalf("storage calls %+v, want 3 writes and no read", st)
+	}
+	last := rec.last()
+	if last.Mark == nil || last.Mark.Base == nil || strings.Join(last.Mark.IDs, ",") != "b" {
+		t.Fatalf("last write's mark %+v, want b with the hint's mark as base", last.Mark)
+	}
+	if _, ok := last.Mark.Base.Find("a"); !ok || last.Mark.Base.Position.Offset != 2 || len(last.Mark.Base.Recent) != 2 {
+		t.Fatalf("base %+v, want p and a at offset 2", last.Mark.Base)
+	}
+}
+
+// A put of a record the service did not read leaves a hint whose mark is
+// only partly known: a fold from it writes without a Base, and storage,
+// which checks the whole mark, still refuses a mutation applied before
+// the put (the fold then re-reads and skips it).
+func TestFoldFromPartlyKnownMarkDefersToStorage(t *testing.T) {
+	rec := &markRecorder{}
+	h := newHinted(t, func(s ports.Storage) ports.Storage { rec.Storage = s; return rec })
+	ctx := context.Background()
+	// Another worker applied merge x to the record earlier (mark: x).
+	if out := h.mem.Write(ctx, []ports.WriteOp{{Kind: ports.WritePut, Address: stored("k"), Document: listPut("k", "o").Document,
+		Mark: &ports.MarkUpdate{IDs: []string{"x"}, Keep: 32}}}); out[0].Err != nil {
+		t.Fatal(out[0].Err)
+	}
+	p := h.apply([]domain.Mutation{queuedAt(listPut("k", "p"), "p", 5)}, true) // the record exists: its older mark is unknown
+	x := h.apply([]domain.Mutation{queuedAt(listMerge("k", "x"), "x", 6), queuedAt(listMerge("k", "y"), "y", 7)}, false)
+	h.next() // the put is written; the fold of x, y is at storage, from the hint
+	first := rec.last()
+	if first.Mark == nil || first.Mark.Base != nil {
+		t.Fatalf("fold from a partly known mark: %+v, want no base", first.Mark)
+	}
+	h.next() // AlreadyApplied: the fold re-reads, skips x, writes y
+	h.last()
+	if (*p)[0].Err != nil || (*x)[0].Err != nil || (*x)[1].Err != nil || !(*x)[0].Skipped || (*x)[1].Skipped {
+		t.Fatalf("outcomes %+v %+v", *p, *x)
+	}
+	if got := h.list("k"); got != "p,y" {
+		t.Fatalf("record holds %q, want p,y", got)
+	}
+	if st := h.count.Stats(); st.Reads != 1 {
+		t.Fatalf("storage calls %+v, want the one re-read", st)
+	}
+}
+
+// markRecorder keeps the last write op of each call.
+type markRecorder struct {
+	ports.Storage
+	mu  sync.Mutex
+	ops []ports.WriteOp
+}
+
+func (r *markRecorder) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
+	r.mu.Lock()
+	r.ops = append(r.ops, ops[len(ops)-1])
+	r.mu.Unlock()
+	return r.Storage.Write(ctx, ops)
+}
+
+func (r *markRecorder) last() ports.WriteOp {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ops[len(r.ops)-1]
 }

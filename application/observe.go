@@ -76,6 +76,25 @@ func (s *Service) observeMutations(ctx context.Context, useCase string, work []d
 	}
 	s.obs.Operations(outcomes)
 	s.logFailures(ctx, useCase, v, errs)
+	skipped := 0
+	for i, r := range results {
+		if !r.Skipped {
+			continue
+		}
+		skipped++
+		if s.log.Enabled(ctx, slog.LevelDebug) {
+			attrs := make([]slog.Attr, 0, 5)
+			if req := domain.RequestFromContext(ctx); req.ID != "" {
+				attrs = append(attrs, slog.String("request_id", req.ID))
+			}
+			attrs = append(attrs, slog.Int("index", i), slog.String("kind", work[i].Kind.String()),
+				slog.String("idempotency_key", work[i].ID), slog.String("coverage", domain.Duplicate.String()))
+			s.log.LogAttrs(ctx, slog.LevelDebug, "operation already applied with this idempotency key: answered with the original outcome, nothing written", attrs...)
+		}
+	}
+	if skipped > 0 {
+		s.obs.Deduplicated(ports.SourceRequest, domain.Duplicate, skipped)
+	}
 }
 
 // observeApplied reports the final outcomes of queued mutations applied by
@@ -83,12 +102,17 @@ func (s *Service) observeMutations(ctx context.Context, useCase string, work []d
 // Failures are logged by the consumer, which dead-letters them.
 func (s *Service) observeApplied(work []domain.Mutation, valid []bool, outcomes []ports.ApplyOutcome, results []WriteResult) {
 	out := make([]ports.OperationOutcome, len(outcomes))
+	var counts [domain.Superseded + 1]int
 	for i, o := range outcomes {
 		oc := ports.OperationOutcome{Source: ports.SourceWorker, Kind: work[i].Kind.String()}
 		if valid[i] {
 			oc.Dataset = work[i].Address.DatasetRef()
 		}
+		cov := domain.NotCovered
 		switch {
+		case o.Err == nil && results[i].Skipped:
+			oc.Status = statusSkipped
+			cov = domain.Duplicate
 		case o.Err == nil && results[i].Status == StatusNotFound:
 			oc.Status = StatusNotFound.String()
 		case o.Err == nil:
@@ -96,10 +120,42 @@ func (s *Service) observeApplied(work []domain.Mutation, valid []bool, outcomes 
 		default:
 			e := domain.AsError(o.Err)
 			oc.Status, oc.Code = statusOf(e).String(), e.Code.String()
+			if e.Code == domain.CodeSuperseded {
+				cov = domain.Superseded
+			}
 		}
 		out[i] = oc
+		if cov != domain.NotCovered {
+			counts[cov]++
+			s.logSkip(&work[i], cov)
+		}
 	}
 	s.obs.Operations(out)
+	for _, c := range []domain.Coverage{domain.Duplicate, domain.Superseded} {
+		if counts[c] > 0 {
+			s.obs.Deduplicated(ports.SourceWorker, c, counts[c])
+		}
+	}
+}
+
+// statusSkipped is the observed status of a queued mutation found already
+// applied (see ports.OperationOutcome).
+const statusSkipped = "skipped"
+
+// logSkip writes the debug line of a queued mutation its record's mark
+// covered: its id, kind and log position, no client data.
+func (s *Service) logSkip(m *domain.Mutation, cov domain.Coverage) {
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	msg := "queued mutation already applied to its record: skipped"
+	if cov == domain.Superseded {
+		msg = "queued mutation superseded by a later one of its record: not applied, dead-lettered"
+	}
+	s.log.LogAttrs(ctx, slog.LevelDebug, msg,
+		slog.String("mutation_id", m.ID), slog.String("kind", m.Kind.String()), slog.String("coverage", cov.String()),
+		slog.String("log", m.Source.Log), slog.Int("partition", int(m.Source.Partition)), slog.Int64("offset", m.Source.Offset))
 }
 
 func codeName(e *domain.Error) string {

@@ -36,6 +36,8 @@ const (
 	fieldAddress = "address"
 	// fieldIntent: what the merge profile did with the intent.
 	fieldIntent = "intent"
+	// fieldIdempotencyKey: the client's idempotency key.
+	fieldIdempotencyKey = "idempotency_key"
 )
 
 // opDetail is the Cause of every per-operation error: the operation and

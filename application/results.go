@@ -57,7 +57,12 @@ type WriteResult struct {
 	Revision domain.Revision
 	// MutationID identifies the queued mutation (StatusAccepted).
 	MutationID string
-	Err        *domain.Error
+	// Skipped is true for a StatusApplied mutation that had been applied
+	// before (its ID, a queued mutation's or a client's idempotency key,
+	// is in the record's applied mark): nothing was written this time, and
+	// Revision is the one the earlier write produced.
+	Skipped bool
+	Err     *domain.Error
 }
 
 // failed returns the result for an operation that ended with err.

@@ -266,6 +266,10 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	valid := make([]int, 0, len(muts))
 	cost := 0
 	now := s.now()
+	// keyed: the first operation of each (record, idempotency key);
+	// repeated: such a first operation -> the first that repeated it.
+	var keyed map[keyedRecord]int
+	var repeated map[int]int
 	for i := range work {
 		m := &work[i]
 		ref := requestRef(i, m.Kind)
@@ -286,6 +290,21 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 			results[i] = failed(err)
 			continue
 		}
+		if m.Keyed {
+			k := keyedRecord{m.Address.ID(), m.ID}
+			if first, ok := keyed[k]; ok {
+				results[i] = failed(invalid(ref, fieldIdempotencyKey,
+					"is also the idempotency key of operations[%d] on the same record; a key names one change of a record", first))
+				if _, ok := repeated[first]; !ok {
+					repeated[first] = i
+				}
+				continue
+			}
+			if keyed == nil {
+				keyed, repeated = make(map[keyedRecord]int), make(map[int]int)
+			}
+			keyed[k] = i
+		}
 		// Only queued mutations need an id and a submission time (the
 		// worker's results and logs name them by id).
 		if completion == ReturnAfterAccepted {
@@ -301,6 +320,24 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		valid = append(valid, i)
 		cost += m.Address.Key.Size() + len(m.Document.Data) + len(m.Merge.Intent.Data)
 	}
+	if len(repeated) > 0 {
+		// The first operation with a repeated key fails too: which of
+		// them the client meant is not Sink's guess.
+		kept := valid[:0]
+		for _, i := range valid {
+			second, ok := repeated[i]
+			if !ok {
+				kept = append(kept, i)
+				continue
+			}
+			m := &work[i]
+			results[i] = failed(invalid(requestRef(i, m.Kind), fieldIdempotencyKey,
+				"is also the idempotency key of operations[%d] on the same record; a key names one change of a record", second))
+			v.admitted[i] = false
+			cost -= m.Address.Key.Size() + len(m.Document.Data) + len(m.Merge.Intent.Data)
+		}
+		valid = kept
+	}
 	if err := s.admit(ctx, len(valid), cost); err != nil {
 		return nil, err
 	}
@@ -315,6 +352,12 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	}
 	s.execute(ctx, work, valid, results, refs, false)
 	return results, nil
+}
+
+// keyedRecord is an idempotency key on one record (a key's scope).
+type keyedRecord struct {
+	rid domain.RecordID
+	key string
 }
 
 func kindNames(kinds []domain.MutationKind) string {

@@ -93,15 +93,44 @@ func (s *Service) checkDocument(ref opRef, field string, d domain.Document) *dom
 
 // validateMutation checks one mutation completely (including what storage
 // can hold) and normalizes its address. It performs no I/O.
+//
+// It is the worker's check of a queued mutation, whose ID its record's
+// applied mark will hold: at most domain.MaxMutationIDBytes.
 func (s *Service) validateMutation(ref opRef, m *domain.Mutation) *domain.Error {
+	if n := len(m.ID); n > domain.MaxMutationIDBytes {
+		return invalid(ref, "id", "is %d bytes; the limit is %d", n, domain.MaxMutationIDBytes)
+	}
 	if err := s.normalizeAddress(ref, &m.Address); err != nil {
 		return err
 	}
 	return s.checkMutation(ref, m)
 }
 
+// checkIdempotencyKey checks a client's idempotency key: 1 to
+// domain.MaxMutationIDBytes bytes of printable ASCII without spaces (so
+// that it can be logged, stored and compared as it is).
+func checkIdempotencyKey(ref opRef, key string) *domain.Error {
+	switch {
+	case key == "":
+		return invalid(ref, fieldIdempotencyKey, "must not be empty when given")
+	case len(key) > domain.MaxMutationIDBytes:
+		return invalid(ref, fieldIdempotencyKey, "is %d bytes; the limit is %d", len(key), domain.MaxMutationIDBytes)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c > '~' {
+			return invalid(ref, fieldIdempotencyKey, "byte %d is not printable ASCII (spaces and control characters are not allowed either)", i)
+		}
+	}
+	return nil
+}
+
 // checkMutation checks a mutation whose address is normalized.
 func (s *Service) checkMutation(ref opRef, m *domain.Mutation) *domain.Error {
+	if m.Keyed {
+		if err := checkIdempotencyKey(ref, m.ID); err != nil {
+			return err
+		}
+	}
 	op := ports.WriteOp{Kind: ports.WriteDelete, Address: m.Address}
 	switch m.Kind {
 	case domain.MutationPut:

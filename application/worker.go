@@ -2,7 +2,9 @@ package application
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
@@ -14,8 +16,14 @@ var _ ports.MutationHandler = (*Service)(nil)
 // as synchronous writes. Mutations of one record run strictly in slice
 // order; transient failures are retried with jittered exponential backoff
 // (Config.Apply) without letting that record's later mutations overtake
-// them. The outcome of each mutation is final: nil, a permanent failure for
-// the dead-letter topic, or CodeCanceled when ctx ended first.
+// them. The outcome of each mutation is nil, a permanent failure for the
+// dead-letter topic, CodeCanceled when ctx was canceled first, or — when
+// ctx has a deadline (the worker's time budget of one batch) — a retryable
+// error for the mutations still failing (or blocked behind a failing
+// mutation of their record) when the next attempt would not start before
+// the deadline: they are "parked", neither applied nor dead-lettered, and
+// the caller delivers them again later. Such a parked outcome keeps the
+// code of the last failure, is Retryable and reports the attempts made.
 func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []ports.ApplyOutcome {
 	outcomes := make([]ports.ApplyOutcome, len(muts))
 	results := make([]WriteResult, len(muts))
@@ -24,8 +32,19 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 	valid := make([]bool, len(muts))
 	defer s.observeApplied(work, valid, outcomes, results)
 	refs := func(i int) opRef { return mutationRef(&work[i]) }
+	deadline, budgeted := ctx.Deadline()
+	// overBudget: ctx ended by its deadline (the batch's time budget), not
+	// by cancellation (shutdown, a lost partition).
+	overBudget := func() bool { return budgeted && errors.Is(ctx.Err(), context.DeadlineExceeded) }
 	stopped := func(i int) *domain.Error {
 		return opError(refs(i), fieldAddress, domain.Wrap(domain.CodeCanceled, ctx.Err(), "stopped before the mutation was applied"))
+	}
+	parked := func(i int, attempts int) *domain.Error {
+		e := results[i].Err
+		if e == nil || e.Code == domain.CodeCanceled || !e.Retryable {
+			e = domain.Errorf(domain.CodeUnavailable, "the worker's time budget ended during the attempt")
+		}
+		return reworded(refs(i), e, true, fmt.Sprintf("not applied within the worker's time budget (%d attempts); delivered again later", attempts))
 	}
 	pending := make([]int, 0, len(muts))
 	for i := range work {
@@ -48,7 +67,11 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 			r := results[i]
 			switch {
 			case r.Err == nil:
-				outcomes[i].Err = nil
+				outcomes[i].Err, outcomes[i].Skipped = nil, r.Skipped
+			case overBudget():
+				// Cut short by the budget (even an outcome-unknown write:
+				// the applied mark makes its redelivery safe).
+				outcomes[i].Err = parked(i, attempt)
 			case r.Err.Code == domain.CodeCanceled || ctx.Err() != nil:
 				outcomes[i].Err = stopped(i)
 			case r.Err.Retryable:
@@ -67,10 +90,22 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 			break
 		}
 		d := s.cfg.Apply.backoff(attempt)
+		if budgeted && time.Until(deadline) <= d {
+			// The next attempt would not start within the budget: park
+			// what still fails instead of holding the batch.
+			for _, i := range retry {
+				outcomes[i].Err = parked(i, attempt)
+			}
+			break
+		}
 		s.obs.ApplyRetry(d)
 		if !sleep(ctx, d) {
 			for _, i := range retry {
-				outcomes[i].Err = stopped(i)
+				if overBudget() {
+					outcomes[i].Err = parked(i, attempt)
+				} else {
+					outcomes[i].Err = stopped(i)
+				}
 			}
 			break
 		}

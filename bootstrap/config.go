@@ -8,10 +8,12 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caarlos0/env/v11"
 
 	"github.com/sink-io/sink/application"
+	"github.com/sink-io/sink/domain"
 )
 
 // Modes (SINK_MODE).
@@ -49,6 +51,8 @@ type Config struct {
 	BatchMaxOps    int  `env:"SINK_BATCH_MAX_OPS" envDefault:"1000" desc:"Most operations in one natural batch; a request with more goes alone."`
 	BatchShards    int  `env:"SINK_BATCH_SHARDS" envDefault:"4" desc:"Natural batching: records are spread over this many shards, each with at most one batch at storage at a time (1 to 1024)."`
 
+	IdempotencyRing int `env:"SINK_IDEMPOTENCY_RING" envDefault:"32" desc:"How many mutation ids (queued mutations' ids and clients' idempotency keys) each record remembers in its applied mark, 1 to 1024: the window within which a redelivered queued mutation or a client's retry with the same idempotency_key is recognised and not applied again. Storage reserves room for a full ring in each document's size limit (about 150 bytes per id)."`
+
 	MongoDB MongoDBConfig
 	Kafka   KafkaConfig
 	// Health checks and metrics (observability.go).
@@ -78,16 +82,45 @@ type KafkaConfig struct {
 	GroupID          string        `env:"SINK_KAFKA_GROUP_ID" desc:"Consumer group of the workers (required in worker and all modes)."`
 	DeadLetterTopic  string        `env:"SINK_KAFKA_DEAD_LETTER_TOPIC" desc:"Topic for mutations that failed permanently (default: <topic>.dead-letter)."`
 	MaxPollRecords   int           `env:"SINK_KAFKA_MAX_POLL_RECORDS" envDefault:"500" desc:"Maximum mutations a worker fetches and applies as one batch."`
-	ApplyMaxAttempts int           `env:"SINK_APPLY_MAX_ATTEMPTS" envDefault:"20" desc:"Attempts of a queued mutation on transient failures before it is dead-lettered."`
-	ApplyMaxBackoff  time.Duration `env:"SINK_APPLY_MAX_BACKOFF" envDefault:"10s" desc:"Upper bound of the jittered exponential backoff between attempts of a queued mutation."`
+	ApplyMaxAttempts int           `env:"SINK_APPLY_MAX_ATTEMPTS" envDefault:"10" desc:"Attempts of a queued mutation on transient failures before it is dead-lettered, summed over its deliveries: a worker gives one batch a third of SINK_KAFKA_REBALANCE_TIMEOUT, then parks the mutations still failing (each with its record's later mutations; delivered again after a pause while the other records go on)."`
+	ApplyMaxBackoff  time.Duration `env:"SINK_APPLY_MAX_BACKOFF" envDefault:"5s" desc:"Upper bound of the jittered exponential backoff between attempts of a queued mutation; at most SINK_KAFKA_REBALANCE_TIMEOUT/12, so that several attempts fit in a batch's time budget."`
 	PublishTimeout   time.Duration `env:"SINK_KAFKA_PUBLISH_TIMEOUT" envDefault:"5s" desc:"How long an asynchronous Write or Delete waits for the brokers to acknowledge its mutations before reporting them FAILED with a retryable UNAVAILABLE error."`
 	SessionTimeout   time.Duration `env:"SINK_KAFKA_SESSION_TIMEOUT" envDefault:"10s" desc:"Consumer group session timeout of a worker: how soon the partitions of a worker that died are handed to the others (the brokers' group.min.session.timeout.ms applies, usually 6s)."`
+	RebalanceTimeout time.Duration `env:"SINK_KAFKA_REBALANCE_TIMEOUT" envDefault:"60s" desc:"Consumer group rebalance timeout of a worker: how long the group waits for a worker to finish its batch in a rebalance before expelling it. At least SINK_KAFKA_SESSION_TIMEOUT. A worker bounds one batch to a third of it (mutations still failing then are parked and read again), its dead-letter writes and its offset commit to a sixth each."`
+	LogEpoch         string        `env:"SINK_KAFKA_LOG_EPOCH" desc:"Identity of the mutation log in the records' applied marks (at most 128 bytes). Empty: the topic's id, so a re-created topic gets a new identity and the positions of the old one do not hold back the new one. Set it to pin the identity (brokers without topic ids); change it when the topic is re-created."`
 	// Security: TLS and SASL towards the brokers (kafka_security.go).
 	Security KafkaSecurityConfig
 }
 
 // Enabled reports whether a queue is configured.
 func (k KafkaConfig) Enabled() bool { return len(k.Brokers) > 0 || k.Topic != "" }
+
+// BatchBudget is the time a worker gives one batch: a third of the
+// rebalance timeout. Its dead-letter writes and its offset commit get
+// half of that each, so a batch ends well before the group expels it.
+func (k KafkaConfig) BatchBudget() time.Duration { return k.RebalanceTimeout / 3 }
+
+// validateTimeouts checks that the rebalance timeout, the session timeout
+// and the apply retry budget fit together.
+func (k KafkaConfig) validateTimeouts(unparsed map[string]bool) error {
+	if unparsed["SINK_KAFKA_REBALANCE_TIMEOUT"] {
+		return nil
+	}
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case k.RebalanceTimeout < 3*time.Second:
+		add("SINK_KAFKA_REBALANCE_TIMEOUT must be at least 3s, got %s", k.RebalanceTimeout)
+	case k.SessionTimeout > 0 && k.RebalanceTimeout < k.SessionTimeout && !unparsed["SINK_KAFKA_SESSION_TIMEOUT"]:
+		add("SINK_KAFKA_REBALANCE_TIMEOUT (%s) must not be below SINK_KAFKA_SESSION_TIMEOUT (%s)", k.RebalanceTimeout, k.SessionTimeout)
+	case k.ApplyMaxBackoff > k.BatchBudget()/4 && !unparsed["SINK_APPLY_MAX_BACKOFF"]:
+		add("SINK_APPLY_MAX_BACKOFF (%s) must be at most SINK_KAFKA_REBALANCE_TIMEOUT/12 (%s): a worker gives a batch a third of the rebalance timeout, and several attempts must fit in it", k.ApplyMaxBackoff, k.BatchBudget()/4)
+	}
+	if len(k.LogEpoch) > 128 || !utf8.ValidString(k.LogEpoch) {
+		add("SINK_KAFKA_LOG_EPOCH must be valid UTF-8 of at most 128 bytes, got %d bytes", len(k.LogEpoch))
+	}
+	return errors.Join(errs...)
+}
 
 // DeadLetter returns the dead-letter topic name.
 func (k KafkaConfig) DeadLetter() string {
@@ -196,6 +229,9 @@ func (c Config) validate(unparsed map[string]bool) error {
 	if c.MergeFingerprintPolicy != "apply" && c.MergeFingerprintPolicy != "dead-letter" {
 		add("SINK_MERGE_FINGERPRINT_POLICY must be apply or dead-letter, got %q", c.MergeFingerprintPolicy)
 	}
+	if c.IdempotencyRing < 1 || c.IdempotencyRing > domain.MaxAppliedRing {
+		add("SINK_IDEMPOTENCY_RING must be between 1 and %d, got %d", domain.MaxAppliedRing, c.IdempotencyRing)
+	}
 	positive("SINK_BATCH_MAX_OPS", c.BatchMaxOps)
 	if c.BatchShards < 1 || c.BatchShards > 1024 {
 		add("SINK_BATCH_SHARDS must be between 1 and 1024, got %d", c.BatchShards)
@@ -253,6 +289,7 @@ func (c Config) validate(unparsed map[string]bool) error {
 	if k.SessionTimeout <= 0 && !unparsed["SINK_KAFKA_SESSION_TIMEOUT"] {
 		add("SINK_KAFKA_SESSION_TIMEOUT must be positive, got %s", k.SessionTimeout)
 	}
+	errs = append(errs, k.validateTimeouts(unparsed))
 	if k.Enabled() && k.DeadLetter() == k.Topic {
 		add("SINK_KAFKA_DEAD_LETTER_TOPIC must differ from SINK_KAFKA_TOPIC")
 	}
@@ -280,6 +317,7 @@ func (c Config) Application() application.Config {
 	if a.Apply.BaseBackoff > a.Apply.MaxBackoff {
 		a.Apply.BaseBackoff = a.Apply.MaxBackoff
 	}
+	a.IdempotencyRing = c.IdempotencyRing
 	a.AsyncDisabledHint = "set SINK_KAFKA_BROKERS and SINK_KAFKA_TOPIC"
 	return a
 }

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/kafka"
+	sinkprom "github.com/sink-io/sink/adapters/prometheus"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/ports"
 )
@@ -40,6 +42,7 @@ func kafkaClientConfig(cfg Config, log *slog.Logger) (kafka.ClientConfig, error)
 		cc.GroupID = cfg.Kafka.GroupID
 		cc.Topic = cfg.Kafka.Topic
 		cc.SessionTimeout = cfg.Kafka.SessionTimeout
+		cc.RebalanceTimeout = cfg.Kafka.RebalanceTimeout
 	}
 	return cc, nil
 }
@@ -54,14 +57,17 @@ func KafkaModule() fx.Option {
 		// Readiness requires the brokers to answer (observability.go).
 		HealthCheck("kafka", func(cl *kgo.Client) ports.HealthChecker { return ports.HealthCheckFunc(cl.Ping) }),
 		fx.Provide(
-			func(lc fx.Lifecycle, cfg Config, log *slog.Logger, obs ports.Observer) (*kgo.Client, error) {
+			// The partitions the worker gives up in rebalances: its poll in
+			// flight stops and is not committed for them.
+			kafka.NewFence,
+			func(lc fx.Lifecycle, cfg Config, log *slog.Logger, obs ports.Observer, fence *kafka.Fence) (*kgo.Client, error) {
 				cc, err := kafkaClientConfig(cfg, log)
 				if err != nil {
 					return nil, err
 				}
 				if cc.GroupID != "" {
-					// Withdraw the lag metric of partitions this worker no longer owns (observability.go).
-					cc.ExtraOpts = append(cc.ExtraOpts, kafka.PartitionsGone(func(t string, p int32) { obs.WorkerLag(t, p, -1) })...)
+					// Feed the fence, and withdraw the lag metric of partitions this worker no longer owns (observability.go).
+					cc.ExtraOpts = append(cc.ExtraOpts, fence.Opts(func(t string, p int32) { obs.WorkerLag(t, p, -1) })...)
 				}
 				cl, err := kafka.NewClient(cc)
 				if err != nil {
@@ -135,14 +141,25 @@ func QueuePubSub(pub message.Publisher, sub message.Subscriber, deadLetters mess
 // SINK_KAFKA_MAX_POLL_RECORDS and dead-letters permanent failures. On stop
 // it finishes the batch in flight within the shutdown timeout, commits what
 // finished, and the Kafka client then leaves the group.
+//
+// A batch is bounded in time well below SINK_KAFKA_REBALANCE_TIMEOUT (R):
+// applying gets R/3 (a mutation still failing then is parked with its
+// record's later mutations and delivered again later, while the other
+// records flow), writing its dead letters R/6 and committing its offsets
+// R/6, so a worker finishes its batch before the group would expel it. Mutations
+// carry their log position (the topic id or SINK_KAFKA_LOG_EPOCH,
+// partition, offset), which the records' applied marks compare.
 func WorkerModule() fx.Option {
 	return fx.Module("worker",
 		fx.Provide(
-			func(cfg Config, log *slog.Logger, cl *kgo.Client, pub *kafka.Publisher, obs ports.Observer) (WorkerTransport, error) {
+			func(cfg Config, log *slog.Logger, cl *kgo.Client, pub *kafka.Publisher, obs ports.Observer, fence *kafka.Fence) (WorkerTransport, error) {
 				sub, err := kafka.NewSubscriber(cl, kafka.SubscriberConfig{
 					Topic:          cfg.Kafka.Topic,
 					MaxPollRecords: cfg.Kafka.MaxPollRecords,
 					CloseTimeout:   cfg.ShutdownTimeout,
+					CommitTimeout:  min(10*time.Second, cfg.Kafka.BatchBudget()/2),
+					LogEpoch:       cfg.Kafka.LogEpoch,
+					Fence:          fence,
 					Logger:         log,
 					Observer:       obs,
 				})
@@ -158,6 +175,11 @@ func WorkerModule() fx.Option {
 					MaxBatch:        cfg.Kafka.MaxPollRecords,
 					Logger:          log,
 					Observer:        obs,
+					BatchTimeout:    cfg.Kafka.BatchBudget(),
+					// R/6, like the commit: with R/3 for applying, a batch
+					// ends well within the rebalance timeout.
+					DeadLetterTimeout: cfg.Kafka.BatchBudget() / 2,
+					MaxAttempts:       cfg.Kafka.ApplyMaxAttempts,
 				})
 			},
 		),
@@ -196,18 +218,28 @@ func WorkerModule() fx.Option {
 
 // WorkerHealthModule adds the worker's health to the HTTP operations
 // endpoint (SINK_HTTP_ADDRESS, observability.go), the worker role's only
-// listener: readiness (/readyz) requires the worker's router to run, and
-// GET /healthz answers 200 while the router runs and storage answers
-// a ping within 2 s, 503 otherwise, with a small JSON body.
+// listener: readiness (/readyz) requires the worker's router to run and
+// its last offset commit to have succeeded, and GET /healthz answers 200
+// while the router runs, the last commit succeeded and storage answers a
+// ping within 2 s, 503 otherwise, with a small JSON body. The worker's
+// counters are metrics too: sink_worker_offset_commit_failures_total and
+// sink_worker_parked_mutations_total.
 func WorkerHealthModule() fx.Option {
 	return fx.Module("worker-health",
 		HealthCheck("worker", func(c *kafka.Worker) ports.HealthChecker {
-			return ports.HealthCheckFunc(func(context.Context) error {
-				if !c.Running() {
-					return errors.New("the worker's router is not running")
-				}
-				return nil
-			})
+			return ports.HealthCheckFunc(func(context.Context) error { return c.Health() })
+		}),
+		fx.Invoke(func(m *sinkprom.Metrics, c *kafka.Worker) error {
+			return errors.Join(
+				m.Registry().Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+					Name: "sink_worker_offset_commit_failures_total",
+					Help: "Offset commits of the worker that failed after their retries (their mutations are read again; the records' applied marks skip them).",
+				}, func() float64 { return float64(c.Stats().CommitFailures) })),
+				m.Registry().Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+					Name: "sink_worker_parked_mutations_total",
+					Help: "Queued mutations the worker parked: still failing transiently when a batch's time budget (a third of SINK_KAFKA_REBALANCE_TIMEOUT) ended; they are read again after a pause.",
+				}, func() float64 { return float64(c.Stats().Parked) })),
+			)
 		}),
 		HTTPRoutes(func(c *kafka.Worker, st ports.Storage) HTTPRoute {
 			return HTTPRoute{Pattern: "GET /healthz", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -215,6 +247,8 @@ func WorkerHealthModule() fx.Option {
 				code := http.StatusOK
 				if !c.Running() {
 					body["worker"], body["status"], code = "stopped", "NOT_SERVING", http.StatusServiceUnavailable
+				} else if err := c.Health(); err != nil {
+					body["worker"], body["status"], code = err.Error(), "NOT_SERVING", http.StatusServiceUnavailable
 				}
 				ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 				defer cancel()
@@ -223,6 +257,7 @@ func WorkerHealthModule() fx.Option {
 				}
 				s := c.Stats()
 				body["applied"], body["dead_lettered"], body["batches"] = s.Applied, s.DeadLettered, s.Batches
+				body["skipped"], body["parked"], body["commit_failures"] = s.Skipped, s.Parked, s.CommitFailures
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(code)
 				_ = json.NewEncoder(w).Encode(body)

@@ -212,6 +212,7 @@ func newStorage(cfg Config, log *slog.Logger, c *mongoConn) (ports.Storage, erro
 	s, err := mongodb.New(c.client, mongodb.Options{
 		Store: cfg.Store, HiddenField: cfg.MongoDB.HiddenField, Bindings: bindings,
 		BulkChunk: cfg.MongoDB.BulkChunk, BulkConcurrency: cfg.MongoDB.BulkConcurrency,
+		MarkRing: cfg.IdempotencyRing,
 	})
 	if err != nil {
 		return nil, err

@@ -10,6 +10,9 @@ const (
 	DefaultAppliedRing = 32
 	// MaxAppliedRing bounds the ring size a deployment may configure.
 	MaxAppliedRing = 1024
+	// MaxLogBytes bounds a log identity (SourcePosition.Log), so that the
+	// space a storage reserves for a record's mark is bounded.
+	MaxLogBytes = 256
 )
 
 // AppliedEntry is one mutation in a record's applied ring: its ID and the

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/integration/countprofile"
@@ -24,23 +30,39 @@ import (
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
-// A worker process (the sink binary with a counting merge profile, run with
-// SINK_MODE=worker against the standalone broker and a MongoDB-wire server)
-// is killed with SIGKILL while it is applying, then restarted: no accepted
-// mutation is lost. Merges append their tag to the record, so mutations
-// applied twice (the uncommitted part of the batch in progress at the kill)
-// are counted and reported.
-func TestAsyncWorkerCrashLosesNothing(t *testing.T) {
+// Crash trials: a worker process (the sink binary with the non-idempotent
+// "count" merge profile, run with SINK_MODE=worker against one long-lived
+// standalone broker and a MongoDB-wire server, which both outlive every
+// worker) is killed with SIGKILL at a random point, 20 times in a row, with
+// more mutations queued before each restart; then a last worker drains the
+// log. Every accepted mutation must be applied exactly once: none lost
+// (every tag in the counters), none applied twice (no tag twice). Each kill
+// leaves the batch in progress applied in part and uncommitted, so the
+// next worker receives those mutations again; the records' applied marks
+// make it skip them. The test prints both counts and fails on either.
+func TestAsyncWorkerCrashTrialsEffectivelyOnce(t *testing.T) {
 	asyncSkipShort(t)
 	const (
-		// FerretDB (the fallback test server) applies about 100 revision-checked
-		// replaces per second: keep the volume small and the waves wide.
-		records   = 100
-		mutations = 1500
-		batch     = 300
+		// FerretDB (the fallback test server) applies about 100
+		// revision-checked replaces per second and scans the collection on
+		// every write: few records, folded merges (2 per record per batch).
+		records = 50
+		trials  = 20
+		chunk   = 100 // mutations queued before each trial
+		batch   = 100 // SINK_KAFKA_MAX_POLL_RECORDS
+		// The kill lands this long (at most) after the worker was seen
+		// applying, so in the middle of a batch or between two.
+		maxKillDelay = 400 * time.Millisecond
 	)
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	t.Logf("random seed %d", seed)
+
 	mongo := mongotest.Private(t)
-	broker := kafkatest.StartBroker(t, kafkatest.Topics(asyncTopic, asyncDLT), kafkatest.Partitions(4))
+	// The broker lets a member's session be short, so that the partitions
+	// of a killed worker pass to the next one in about 2 s.
+	broker := kafkatest.StartBroker(t, kafkatest.Topics(asyncTopic, asyncDLT), kafkatest.Partitions(4),
+		kafkatest.BrokerArgs("-min-session-timeout", "1s"))
 	bin := asyncBuildSinkCount(t)
 	ns := mongotest.DatabaseName(t)
 
@@ -48,12 +70,10 @@ func TestAsyncWorkerCrashLosesNothing(t *testing.T) {
 	server := sinktest.Start(t, asyncEnv([]string{broker.Addr()}, bootstrap.ModeServer, mongo.SinkEnv()), bootstrap.MergeProfile(countprofile.New))
 	c := server.Client
 	recAddr := func(r int) *sinkv1.RecordAddress { return addr(ns, "counters", fmt.Sprintf("c%02d", r)) }
-
-	// Queue every mutation before the worker starts, so that it works
-	// through full batches.
-	for start := 0; start < mutations; start += batch {
-		ops := make([]*sinkv1.WriteOperation, 0, batch)
-		for i := start; i < start+batch && i < mutations; i++ {
+	queued := 0
+	queue := func(n int) {
+		ops := make([]*sinkv1.WriteOperation, 0, n)
+		for i := queued; i < queued+n; i++ {
 			intent, err := countprofile.Encode(domain.ContentTypeBSON, countprofile.Intent{Add: 1, ID: fmt.Sprintf("m%05d", i)})
 			if err != nil {
 				t.Fatal(err)
@@ -63,26 +83,9 @@ func TestAsyncWorkerCrashLosesNothing(t *testing.T) {
 				Intent: &sinkv1.Document{ContentType: intent.ContentType, Data: intent.Data}}}})
 		}
 		asyncMustAccept(t, c, ops...)
+		queued += n
 	}
-
-	healthPort := kafkatest.FreePort(t)
-	env := []string{
-		"SINK_MODE=worker",
-		// One worker at a time writes, one record's mutations one after the
-		// other: FerretDB's non-atomic updates across connections (see
-		// mongotest.ConcurrentURI) cannot interleave here.
-		"SINK_KAFKA_BROKERS=" + broker.Addr(),
-		"SINK_KAFKA_TOPIC=" + asyncTopic,
-		"SINK_KAFKA_GROUP_ID=sink-workers",
-		"SINK_KAFKA_SESSION_TIMEOUT=6s",
-		"SINK_KAFKA_MAX_POLL_RECORDS=" + strconv.Itoa(batch),
-		"SINK_HTTP_ADDRESS=127.0.0.1:" + strconv.Itoa(healthPort),
-		"SINK_LOG_FORMAT=text",
-		"SINK_LOG_LEVEL=info",
-	}
-	for k, v := range mongo.SinkEnv() {
-		env = append(env, k+"="+v)
-	}
+	// applied reads every counter: the applications in total and per tag.
 	applied := func() (total int, ids map[string]int, state string) {
 		ids = map[string]int{}
 		ops := make([]*sinkv1.ReadOperation, records)
@@ -113,56 +116,239 @@ func TestAsyncWorkerCrashLosesNothing(t *testing.T) {
 				ids[id]++
 			}
 		}
-		return total, ids, fmt.Sprintf("%d applied, %d distinct", total, len(ids))
+		return total, ids, fmt.Sprintf("%d applied, %d distinct of %d queued", total, len(ids), queued)
+	}
+	workerEnv := func(logLevel string) ([]string, string) {
+		port := kafkatest.FreePort(t)
+		env := []string{
+			"SINK_MODE=worker",
+			// One worker at a time writes, one record's mutations one after
+			// the other: FerretDB's non-atomic updates across connections
+			// (see mongotest.ConcurrentURI) cannot interleave here.
+			"SINK_KAFKA_BROKERS=" + broker.Addr(),
+			"SINK_KAFKA_TOPIC=" + asyncTopic,
+			"SINK_KAFKA_GROUP_ID=sink-workers",
+			// Short group timeouts, so that the partitions of a killed
+			// worker (even one killed while it was joining the group) pass
+			// to the next one within seconds. A batch's time budget is a
+			// third of the rebalance timeout (2 s, several batches on
+			// FerretDB); the backoff must fit in it.
+			"SINK_KAFKA_SESSION_TIMEOUT=2s",
+			"SINK_KAFKA_REBALANCE_TIMEOUT=6s",
+			"SINK_APPLY_MAX_BACKOFF=500ms",
+			"SINK_KAFKA_MAX_POLL_RECORDS=" + strconv.Itoa(batch),
+			"SINK_HTTP_ADDRESS=127.0.0.1:" + strconv.Itoa(port),
+			"SINK_LOG_FORMAT=text",
+			"SINK_LOG_LEVEL=" + logLevel,
+		}
+		for k, v := range mongo.SinkEnv() {
+			env = append(env, k+"="+v)
+		}
+		return env, fmt.Sprintf("http://127.0.0.1:%d", port)
 	}
 
-	started := time.Now()
-	w1 := asyncStartProcess(t, bin, env)
-	healthURL := fmt.Sprintf("http://127.0.0.1:%d/healthz", healthPort)
-	eventually(t, 30*time.Second, "the first worker to apply a part of the log", func() (bool, string) {
-		total, _, state := applied()
-		return total >= mutations/4, state
-	})
-	if err := w1.kill(); err != nil {
+	admClient, err := kgo.NewClient(kgo.SeedBrokers(broker.Addr()))
+	if err != nil {
 		t.Fatal(err)
 	}
-	atKill, _, state := applied()
-	if atKill >= mutations {
-		t.Fatalf("the worker finished everything before it was killed (%s): the test proves nothing", state)
-	}
-	t.Logf("killed the first worker with SIGKILL %v after its start, when it had applied %d of %d mutations (%s)", time.Since(started).Round(time.Millisecond), atKill, mutations,
-		map[bool]string{true: "at a batch boundary", false: "in the middle of a batch"}[atKill%batch == 0])
+	defer admClient.Close()
+	adm := kadm.NewClient(admClient)
 
-	restarted := time.Now()
-	w2 := asyncStartProcess(t, bin, env)
-	eventually(t, 30*time.Second, "the restarted worker's health endpoint", func() (bool, string) {
-		code, body := httpGetQuiet(healthURL)
-		return code == 200, fmt.Sprintf("%d %s", code, body)
-	})
-	var ids map[string]int
-	var total int
-	eventually(t, 120*time.Second, "every accepted mutation to be applied", func() (bool, string) {
-		var state string
-		total, ids, state = applied()
-		return len(ids) == mutations, state
-	})
-	twice := 0
-	for id, n := range ids {
-		if !strings.HasPrefix(id, "m") {
-			t.Fatalf("unknown tag %q", id)
+	started := time.Now()
+	killedBusy := 0
+	skipped := 0 // redeliveries the workers skipped (as far as scraped before each kill)
+	for trial := 1; trial <= trials; trial++ {
+		queue(chunk)
+		before, _, state := applied()
+		if before < 0 {
+			t.Fatalf("trial %d: %s", trial, state)
 		}
-		if n > 1 {
+		env, url := workerEnv("info")
+		begin := time.Now()
+		w := asyncStartProcess(t, bin, env)
+		// The kills land while the group is stable with the new worker
+		// as its only member (the previous one's session expired before
+		// it started): the kfake broker never expires a member that died
+		// while its JoinGroup was pending once the leader has synced (the
+		// session timer is armed only when the join response is
+		// delivered), so a kill in the middle of a rebalance would leave
+		// partitions with a dead owner for good. Real brokers expire it.
+		eventually(t, 30*time.Second, fmt.Sprintf("worker %d to own every partition", trial), func() (bool, string) {
+			return groupMembers(adm, "sink-workers", "Stable", 1)
+		})
+		var wait time.Duration
+		how := "after it applied"
+		if trial%5 == 0 {
+			// Every fifth worker dies at a random moment of its first
+			// poll, applied or not.
+			how = "after it owned the partitions"
+			wait = time.Duration(rng.Int64N(int64(maxKillDelay)))
+		} else {
+			eventually(t, 30*time.Second, fmt.Sprintf("worker %d to apply", trial), func() (bool, string) {
+				total, _, state := applied()
+				return total > before, state
+			})
+			wait = time.Duration(rng.Int64N(int64(maxKillDelay)))
+		}
+		// The random kill point (not a synchronisation).
+		time.Sleep(wait)
+		skipped += workerSkipped(url)
+		if err := w.kill(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, fmt.Sprintf("the session of worker %d to expire", trial), func() (bool, string) {
+			return groupMembers(adm, "sink-workers", "Empty", 0)
+		})
+		atKill, _, _ := applied()
+		if atKill < queued {
+			killedBusy++
+		}
+		t.Logf("trial %2d: SIGKILL %v %s, %v after its start; %d of %d queued applied", trial, wait.Round(time.Millisecond), how,
+			time.Since(begin).Round(time.Millisecond), atKill, queued)
+	}
+	t.Logf("%d trials in %v, %d of the kills with work still queued", trials, time.Since(started).Round(time.Millisecond), killedBusy)
+	if killedBusy < trials/2 {
+		t.Errorf("only %d of %d kills found work queued: the trials did not stress redelivery", killedBusy, trials)
+	}
+
+	// A last worker drains the log.
+	drain := time.Now()
+	// (Its log, shown if the test fails, names every skipped redelivery.)
+	env, httpURL := workerEnv("debug")
+	last := asyncStartProcess(t, bin, env)
+	var total, lost, twice int
+	var ids map[string]int
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		total, ids, _ = applied()
+		if total < 0 {
+			t.Fatal("cannot read the counters")
+		}
+		if len(ids) == queued || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(ids) == queued {
+		// Then the whole log is committed: nothing more can apply.
+		eventually(t, 30*time.Second, "the last worker to commit the whole log", func() (bool, string) {
+			return groupCaughtUp(adm, "sink-workers", asyncTopic)
+		})
+		total, ids, _ = applied()
+	}
+	for i := range queued {
+		switch n := ids[fmt.Sprintf("m%05d", i)]; {
+		case n == 0:
+			lost++
+		case n > 1:
 			twice += n - 1
 		}
 	}
-	t.Logf("%v after the restart: all %d accepted mutations applied; %d executions were duplicates (%d applications in total)",
-		time.Since(restarted).Round(time.Millisecond), mutations, twice, total)
-	if err := w2.term(); err != nil {
-		t.Errorf("stopping the second worker: %v\n%s", err, w2.output())
+	if len(ids) > queued {
+		t.Errorf("%d distinct tags applied, only %d queued", len(ids), queued)
 	}
-	if out := w2.output(); !strings.Contains(out, "stopped") {
-		t.Errorf("the second worker did not stop gracefully:\n%s", out)
+	t.Logf("after %d SIGKILLs and a drain of %v: %d mutations accepted, %d applications; lost: %d; applied twice: %d",
+		trials, time.Since(drain).Round(time.Millisecond), queued, total, lost, twice)
+	skipped += workerSkipped(httpURL)
+	t.Logf("the workers skipped at least %d redelivered mutations as already applied (sink_mutations_deduplicated_total)", skipped)
+	if skipped == 0 {
+		t.Error("no worker skipped a redelivery: no kill interrupted a batch, so the trials proved nothing")
 	}
+	if letters, err := kafka.ReadDeadLetters(context.Background(), []string{broker.Addr()}, asyncDLT); err != nil {
+		t.Errorf("reading the dead letters: %v", err)
+	} else {
+		for _, d := range letters {
+			t.Errorf("dead letter: mutation %s %s: %s", d.MutationID, d.ErrorCode, d.ErrorMessage)
+		}
+	}
+	if lost > 0 {
+		var missing []string
+		for i := 0; i < queued && len(missing) < 10; i++ {
+			if id := fmt.Sprintf("m%05d", i); ids[id] == 0 {
+				missing = append(missing, fmt.Sprintf("%s (record c%02d)", id, i%records))
+			}
+		}
+		_, lag := groupCaughtUp(adm, "sink-workers", asyncTopic)
+		_, members := groupMembers(adm, "sink-workers", "Stable", 1)
+		t.Logf("the group: %s; %s", members, lag)
+		t.Errorf("%d accepted mutations were lost (or not applied within 90 s of the last start), for example %s", lost, strings.Join(missing, ", "))
+	}
+	if twice > 0 {
+		t.Errorf("%d applications were duplicates: a mutation was applied twice", twice)
+	}
+	if err := last.term(); err != nil {
+		t.Errorf("stopping the last worker: %v\n%s", err, last.output())
+	}
+	if out := last.output(); !strings.Contains(out, "stopped") {
+		t.Errorf("the last worker did not stop gracefully:\n%s", out)
+	}
+}
+
+// workerSkipped returns the worker's count of queued mutations skipped as
+// already applied (0 when its metrics cannot be read).
+func workerSkipped(baseURL string) int {
+	code, body := httpGetQuiet(baseURL + "/metrics")
+	if code != 200 {
+		return 0
+	}
+	n := 0
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "sink_mutations_deduplicated_total{") && strings.Contains(line, `reason="duplicate"`) && strings.Contains(line, `source="worker"`) {
+			if f := strings.Fields(line); len(f) == 2 {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				n += int(v)
+			}
+		}
+	}
+	return n
+}
+
+// groupMembers reports whether group is in state with n members.
+func groupMembers(adm *kadm.Client, group, state string, n int) (bool, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	gs, err := adm.DescribeGroups(ctx, group)
+	if err != nil {
+		return false, err.Error()
+	}
+	g, ok := gs[group]
+	if !ok || g.Err != nil {
+		return false, fmt.Sprintf("group %s not described: %v", group, g.Err)
+	}
+	return g.State == state && len(g.Members) == n, fmt.Sprintf("group state %s, %d members", g.State, len(g.Members))
+}
+
+// groupCaughtUp reports whether group has committed the end offset of
+// every partition of topic.
+func groupCaughtUp(adm *kadm.Client, group, topic string) (bool, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return false, err.Error()
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err == nil {
+		err = committed.Error()
+	}
+	if err != nil {
+		return false, err.Error()
+	}
+	var lag int64
+	var per []string
+	ends.Each(func(o kadm.ListedOffset) {
+		at := int64(0)
+		if c, ok := committed.Lookup(topic, o.Partition); ok {
+			at = c.At
+		}
+		lag += o.Offset - at
+		per = append(per, fmt.Sprintf("%d: %d of %d", o.Partition, at, o.Offset))
+	})
+	sort.Strings(per)
+	return lag == 0, fmt.Sprintf("lag %d (committed per partition %s)", lag, strings.Join(per, ", "))
 }
 
 var asyncBuild struct {

@@ -181,9 +181,38 @@ func useAPI(t *testing.T, grpcAddr string) {
 	}
 }
 
+// useExampleProfiles merges through two of the example declarative
+// profiles that make run loads (examples/profiles.yaml).
+func useExampleProfiles(t *testing.T, grpcAddr string) {
+	t.Helper()
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := sinkv1.NewSinkClient(conn)
+	a := addr("shop", "orders", "o-1")
+	for _, intent := range []string{`{"by":5}`, `{}`} {
+		if r := write(t, c, mergeOp(a, "counter", intent))[0]; r.Status != sinkv1.OperationStatus_OPERATION_STATUS_APPLIED {
+			t.Fatalf("counter merge: %v %v", r.Status, r.Error)
+		}
+	}
+	if got := readJSON(t, c, a); got != `{"n":6,"merges":2}` {
+		t.Fatalf("counter document %s", got)
+	}
+	s := addr("shop", "status", "o-1")
+	write(t, c, mergeOp(s, "order-status", `{"status":"paid"}`))
+	r := write(t, c, mergeOp(s, "order-status", `{"status":"delivered"}`))[0]
+	if r.Error == nil || r.Error.Reason != "INVALID_ARGUMENT" || !strings.Contains(r.Error.Message, "this status change is not allowed from the current status") {
+		t.Fatalf("forbidden transition: %+v", r)
+	}
+}
+
 // Ctrl-C on `make run` ends cleanly: Sink drains and exits 0, and make
 // reports no error (before, `go run` exited 1 when interrupted and make
-// printed "make: *** [Makefile:…: run] Error 1").
+// printed "make: *** [Makefile:…: run] Error 1"). make run also loads the
+// example declarative merge profiles: a new user can merge through them at
+// once, and Sink logs their fingerprints.
 func TestMakeRunStopsCleanlyOnInterrupt(t *testing.T) {
 	mk, err := exec.LookPath("make")
 	if err != nil {
@@ -197,8 +226,14 @@ func TestMakeRunStopsCleanlyOnInterrupt(t *testing.T) {
 	p := startProc(t, cmd)
 	grpcAddr, _ := p.serving(t, 5*time.Minute)
 	useAPI(t, grpcAddr)
+	useExampleProfiles(t, grpcAddr)
 
 	out, waitErr := p.stop(t, syscall.SIGINT, true)
+	for _, name := range []string{"counter", "tally", "latest", "events", "order-status"} {
+		if !strings.Contains(out, `"msg":"loaded merge profile","profile":"`+name+`","fingerprint":"sha256:`) {
+			t.Errorf("no log line for profile %s:\n%s", name, out)
+		}
+	}
 	// make waits for its child and reports a failed one ("make: ***
 	// [Makefile:…: run] Error 1") or one killed by a signal ("… Interrupt");
 	// a clean exit (0) it does not. go run would add "exit status 1".

@@ -41,6 +41,13 @@ type Observer interface {
 	// error (e.g. "INVALID_ARGUMENT"), or "UNDECODABLE" for records that are
 	// not Sink mutations.
 	DeadLettered(reason string, n int)
+	// Deduplicated: n mutations were not applied because their record's
+	// applied mark covered them (see domain.AppliedMark): coverage is
+	// domain.Duplicate (already applied: a redelivery, a dead-letter
+	// replay, or a client's retry with the same idempotency key; reported
+	// applied) or domain.Superseded (a queued mutation a later one of its
+	// record overtook; dead-lettered).
+	Deduplicated(source OperationSource, coverage domain.Coverage, n int)
 }
 
 // OperationSource says where an operation came from.
@@ -71,7 +78,11 @@ type OperationOutcome struct {
 	// writes and deletes of requests, "" for reads and worker mutations.
 	Completion string
 	// Status is "applied", "accepted", "found", "not_found",
-	// "precondition_failed" or "failed".
+	// "precondition_failed" or "failed"; for worker mutations also
+	// "skipped": found already applied (a redelivery), nothing written —
+	// so that "applied" counts only new applications. (A request's
+	// operation that a retry with the same idempotency key found applied
+	// has the status its client got: "applied"; Deduplicated counts it.)
 	Status string
 	// Code is the domain.Code name of the operation's error, "" without one.
 	Code string
@@ -80,11 +91,12 @@ type OperationOutcome struct {
 // NopObserver discards every measurement.
 type NopObserver struct{}
 
-func (NopObserver) StorageCall(string, int, time.Duration) {}
-func (NopObserver) Combined(string, int)                   {}
-func (NopObserver) QueuePublish(int, time.Duration)        {}
-func (NopObserver) MergeConflict(string)                   {}
-func (NopObserver) ApplyRetry(time.Duration)               {}
-func (NopObserver) Operations([]OperationOutcome)          {}
-func (NopObserver) WorkerLag(string, int32, int64)         {}
-func (NopObserver) DeadLettered(string, int)               {}
+func (NopObserver) StorageCall(string, int, time.Duration)             {}
+func (NopObserver) Combined(string, int)                               {}
+func (NopObserver) QueuePublish(int, time.Duration)                    {}
+func (NopObserver) MergeConflict(string)                               {}
+func (NopObserver) ApplyRetry(time.Duration)                           {}
+func (NopObserver) Operations([]OperationOutcome)                      {}
+func (NopObserver) WorkerLag(string, int32, int64)                     {}
+func (NopObserver) DeadLettered(string, int)                           {}
+func (NopObserver) Deduplicated(OperationSource, domain.Coverage, int) {}

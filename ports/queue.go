@@ -23,10 +23,18 @@ type ApplyOutcome struct {
 	// permanent failure (invalid input, unknown profile, failed
 	// precondition, retries exhausted) that the consumer dead-letters, or
 	// CodeCanceled when the handler stopped because ctx ended: such a
-	// mutation must be neither committed nor dead-lettered.
+	// mutation must be neither committed nor dead-lettered. When ctx has a
+	// deadline (the consumer's time budget of one batch), a mutation still
+	// failing transiently (or waiting behind one of its record) when it
+	// passes is "parked": a Retryable error, neither committed nor
+	// dead-lettered, delivered again later.
 	Err error
 	// Attempts is how many times the handler tried the mutation.
 	Attempts int
+	// Skipped is true (with a nil Err) when the mutation had been applied
+	// before (a redelivery: its ID is in the record's applied mark) and
+	// nothing was written; count it apart from new applications.
+	Skipped bool
 }
 
 // MutationHandler applies mutations read from a queue. The application

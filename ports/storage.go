@@ -103,7 +103,8 @@ type WriteResult struct {
 //   - Revisions are opaque, change on every successful write and are never
 //     reused for the same record, even after a delete and re-create.
 //   - A whole-call failure is reported as the same error in every result.
-//   - Applied marks: Read returns the record's mark in Record.Mark. A write
+//   - Applied marks: Read returns the record's mark in Record.Mark (callers
+//     treat its Recent slice as read-only; a storage may share it). A write
 //     with a Mark is checked against the record's current mark before its
 //     Condition: if the record exists and its mark holds one of Mark.IDs,
 //     nothing is written and the result is CodeAlreadyApplied with the

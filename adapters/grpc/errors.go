@@ -42,6 +42,19 @@ func grpcCode(c domain.Code) codes.Code {
 		return codes.Canceled
 	case domain.CodeAborted:
 		return codes.Aborted
+	case domain.CodeAlreadyApplied:
+		// Never meant to reach a client: the application answers a
+		// redelivery or a retried idempotency key with the original
+		// outcome. Mapped defensively to the closest class.
+		return codes.AlreadyExists
+	case domain.CodeSuperseded:
+		// A queued mutation a later one of its record already overtook
+		// (dead-lettered by the worker, the code visible in the
+		// dead-letter record): it can never be applied as it is, so
+		// retrying is pointless until someone decides what to do —
+		// FAILED_PRECONDITION, not ABORTED (which tells the client to
+		// retry the read-modify-write at a higher level).
+		return codes.FailedPrecondition
 	default:
 		return codes.Internal
 	}

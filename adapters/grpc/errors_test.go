@@ -40,8 +40,10 @@ func TestEveryDomainCodeHasItsOwnGRPCCode(t *testing.T) {
 		domain.CodeUnauthenticated:    codes.Unauthenticated,
 		domain.CodeCanceled:           codes.Canceled,
 		domain.CodeAborted:            codes.Aborted,
+		domain.CodeAlreadyApplied:     codes.AlreadyExists,
+		domain.CodeSuperseded:         codes.FailedPrecondition,
 	}
-	for c := domain.CodeInternal; c <= domain.CodeAborted; c++ {
+	for c := domain.CodeInternal; c <= domain.CodeSuperseded; c++ {
 		w, ok := want[c]
 		if !ok {
 			t.Fatalf("domain code %s has no expected gRPC code in this test", c)

@@ -62,6 +62,7 @@ func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.W
 				Mode:             domain.PutMode(p.GetMode()),
 				ExpectedRevision: domain.Revision(p.GetExpectedRevision()),
 			}
+			withKey(&muts[i], p.GetIdempotencyKey())
 		case *sinkv1.WriteOperation_Merge:
 			m := k.Merge
 			muts[i] = domain.Mutation{
@@ -69,6 +70,7 @@ func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.W
 				Address: toAddress(m.GetAddress()),
 				Merge:   domain.MergeIntent{Profile: m.GetProfile(), Intent: toDocument(m.GetIntent())},
 			}
+			withKey(&muts[i], m.GetIdempotencyKey())
 		}
 	}
 	results, err := s.svc.Write(ctx, muts, completion)
@@ -98,6 +100,7 @@ func (s *Server) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*sinkv1
 			Address:          toAddress(op.GetAddress()),
 			ExpectedRevision: domain.Revision(op.GetExpectedRevision()),
 		}
+		withKey(&muts[i], op.GetIdempotencyKey())
 	}
 	results, err := s.svc.Delete(ctx, muts, completion)
 	if err != nil {
@@ -110,6 +113,14 @@ func (s *Server) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*sinkv1
 		}
 	}
 	return out, nil
+}
+
+// withKey makes a client's idempotency key the mutation's ID (the
+// application validates it).
+func withKey(m *domain.Mutation, key string) {
+	if key != "" {
+		m.ID, m.Keyed = key, true
+	}
 }
 
 func toAddress(a *sinkv1.RecordAddress) domain.Address {

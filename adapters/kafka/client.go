@@ -10,6 +10,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// Defaults of the consumer group timeouts (bootstrap's SINK_KAFKA_*
+// defaults are these values; a test keeps them in step).
+const (
+	// DefaultSessionTimeout is ClientConfig.SessionTimeout's default.
+	DefaultSessionTimeout = 10 * time.Second
+	// DefaultRebalanceTimeout is ClientConfig.RebalanceTimeout's default
+	// (also franz-go's and Kafka's).
+	DefaultRebalanceTimeout = 60 * time.Second
+)
+
 // ClientConfig configures the franz-go client of a Sink process. One client
 // serves producing (the queue, dead letters) and, when GroupID is set,
 // consuming.
@@ -37,9 +47,14 @@ type ClientConfig struct {
 	GroupID string
 	// Topic is the consumed topic (with GroupID).
 	Topic string
-	// SessionTimeout of the group member (default 10 s; Kafka brokers
-	// accept 6 s to 5 min by default).
+	// SessionTimeout of the group member (default DefaultSessionTimeout;
+	// Kafka brokers accept 6 s to 5 min by default).
 	SessionTimeout time.Duration
+	// RebalanceTimeout is how long the group waits, in a rebalance, for
+	// the member to finish its poll and rejoin before expelling it
+	// (default DefaultRebalanceTimeout). The worker's time budget of one
+	// batch (WorkerConfig.BatchTimeout) must stay well below it.
+	RebalanceTimeout time.Duration
 
 	// Logger receives the client's warnings and errors (nil: discarded).
 	Logger *slog.Logger
@@ -67,7 +82,10 @@ func NewClient(cfg ClientConfig) (*kgo.Client, error) {
 		cfg.MaxRecordBytes = 1 << 20
 	}
 	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = 10 * time.Second
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.RebalanceTimeout <= 0 {
+		cfg.RebalanceTimeout = DefaultRebalanceTimeout
 	}
 	batchMax := int32(1 << 30)
 	if cfg.MaxRecordBytes < 1<<30-1<<20 {
@@ -101,6 +119,7 @@ func NewClient(cfg ClientConfig) (*kgo.Client, error) {
 			kgo.BlockRebalanceOnPoll(),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 			kgo.SessionTimeout(cfg.SessionTimeout),
+			kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 			kgo.HeartbeatInterval(heartbeat),
 			kgo.FetchMaxPartitionBytes(batchMax),
 		)

@@ -21,6 +21,17 @@
 // metadata (another Pub/Sub, such as Watermill's GoChannel) is a batch of
 // one.
 //
+// Effectively once per record: every consumed mutation carries its log
+// position (the topic's id or a configured epoch, partition, offset) in
+// domain.SourcePosition; the application records it, with the mutation's
+// id, in the record's applied mark, which skips redeliveries and refuses a
+// stale worker's late writes. The worker bounds a batch in time
+// (WorkerConfig.BatchTimeout, well below ClientConfig.RebalanceTimeout),
+// parks a record whose mutation keeps failing transiently without holding
+// the rest of its partition, bounds its dead-letter writes, and stops the
+// work of partitions it lost (Fence); failed offset commits are retried
+// and reported (Subscriber.Health, Worker.Health).
+//
 // Interoperability: NewMutationMessage and PartitionKey let the stock
 // watermill-kafka Publisher queue mutations on Sink's log, and the stock
 // watermill-kafka Subscriber reads Sink's log (UUID = mutation id).

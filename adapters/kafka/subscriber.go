@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sink-io/sink/ports"
 )
@@ -35,6 +37,11 @@ const (
 	// MetadataBatchSize the number of records of the poll.
 	MetadataBatchIndex = "_sink_kafka_batch_index"
 	MetadataBatchSize  = "_sink_kafka_batch_size"
+	// MetadataLog is the identity of the log the record was read from:
+	// SubscriberConfig.LogEpoch when set, otherwise the topic's id (empty
+	// when the brokers have none). It is the Log of the mutation's
+	// domain.SourcePosition, which the records' applied marks compare.
+	MetadataLog = "_sink_kafka_log"
 )
 
 // SubscriberConfig configures a Subscriber.
@@ -44,8 +51,27 @@ type SubscriberConfig struct {
 	// MaxPollRecords is the largest number of records emitted per poll
 	// (default 500).
 	MaxPollRecords int
-	// CommitTimeout bounds one offset commit (default 10 s).
+	// CommitTimeout bounds the offset commit after a poll, retries
+	// included (default 10 s). A commit that still fails is counted
+	// (SubscriberStats.CommitFailures) and reported by Health until a later
+	// commit succeeds; its records are read again by the partition's next
+	// reader (the applied marks skip them).
 	CommitTimeout time.Duration
+	// LogEpoch, when set, is the log identity of every message
+	// (MetadataLog) instead of the topic's id. Set it to pin the identity,
+	// for example when the brokers do not report topic ids. With the topic
+	// id (the default) a re-created topic gets a new identity, so that the
+	// positions of the old topic do not fence the mutations of the new one;
+	// a pinned epoch must be changed by hand when the topic is re-created.
+	LogEpoch string
+	// MaxParked bounds the records held parked (see markParked): with
+	// that many, no new records are polled until some are resolved
+	// (default 10 × MaxPollRecords).
+	MaxParked int
+	// Fence, when set, is fed by the client's rebalance callbacks (see
+	// Fence): the poll in flight is canceled and not committed for
+	// partitions that went. Default: a fence nobody feeds.
+	Fence *Fence
 	// RedeliveryDelay is the pause before a partition with a nacked
 	// message is read again from that message (default 1 s).
 	RedeliveryDelay time.Duration
@@ -61,31 +87,46 @@ type SubscriberConfig struct {
 
 // SubscriberStats are counters of a Subscriber since it was created.
 type SubscriberStats struct {
-	Polls   int64 // polls that returned records
-	Records int64 // records emitted
-	Commits int64 // successful offset commits
+	Polls          int64 // polls that returned records
+	Records        int64 // records emitted
+	Commits        int64 // successful offset commits
+	CommitFailures int64 // offset commits that failed after their retries
+	CommitRetries  int64 // attempts of offset commits that failed and were retried
+	Fenced         int64 // batches with records of partitions the member lost meanwhile (not committed)
+	Parked         int64 // records parked (each time)
+	ParkedNow      int64 // records parked at the moment (approximate, read without locking)
 }
 
 // Subscriber is a Watermill message.Subscriber over a franz-go consumer
 // group member (a client created by NewClient with GroupID and Topic) that
 // keeps a whole poll in flight. One loop:
 //
-//  1. poll up to MaxPollRecords records (rebalances stay blocked, see
-//     NewClient);
-//  2. emit every record as a message (Unmarshal) in poll order, with the
-//     Metadata* entries (partition, offset, poll id, position, poll size);
+//  1. take the parked records that are due again (see markParked), and,
+//     unless MaxParked records are parked, poll up to MaxPollRecords
+//     records (rebalances stay blocked, see NewClient); a polled record of
+//     a record key with parked records joins them (offset order);
+//  2. emit every record as a message (Unmarshal) in order, with the
+//     Metadata* entries (partition, offset, poll id, position, poll size,
+//     log identity) and a context that ends when one of the poll's
+//     partitions is revoked or lost (Fence);
 //  3. wait until every emitted message is acked or nacked (they may be
 //     handled concurrently and finish in any order);
-//  4. commit, per partition, the offset after the longest prefix of acked
-//     records;
-//  5. rewind every partition with a nacked record to its first nacked
-//     offset (it and everything after it are emitted again, in order, after
-//     RedeliveryDelay);
-//  6. allow rebalances and poll again.
+//  4. park the records nacked as parked (their record's queue is emitted
+//     again after RedeliveryDelay, doubling up to 16 times that);
+//  5. commit, per partition still owned, the offset after the longest
+//     prefix of finished records: never past a parked or unfinished record
+//     (retried within CommitTimeout, then with the next commit; see
+//     Health);
+//  6. rewind every partition with a nacked (not parked) record to its
+//     first nacked offset (it and everything after it are emitted again,
+//     in order, after RedeliveryDelay);
+//  7. allow rebalances and poll again.
 //
-// Delivery is at least once. Close stops polling and returns once the
-// messages in flight are finished (or CloseTimeout passed) and committed;
-// the owner closes the client afterwards, which leaves the group.
+// Delivery is at least once (the records' applied marks make applying
+// effectively once). Close stops polling and returns once the messages in
+// flight are finished (or CloseTimeout passed) and committed; parked
+// records stay uncommitted for the next reader. The owner closes the
+// client afterwards, which leaves the group.
 type Subscriber struct {
 	client *kgo.Client
 	cfg    SubscriberConfig
@@ -97,11 +138,25 @@ type Subscriber struct {
 	closed     bool
 	closing    chan struct{} // closed by Close: stop polling
 	kill       chan struct{} // closed after CloseTimeout: stop waiting
-	done       chan struct{} // closed when the loop ended
+	killCtx    context.Context
+	killCancel context.CancelFunc // with kill
+	done       chan struct{}      // closed when the loop ended
 
-	polls   atomic.Int64
-	records atomic.Int64
-	commits atomic.Int64
+	polls          atomic.Int64
+	records        atomic.Int64
+	commits        atomic.Int64
+	commitFailures atomic.Int64
+	commitRetries  atomic.Int64
+	fenced         atomic.Int64
+	commitErr      atomic.Pointer[error] // the last commit's error, nil after a success
+
+	logID       string         // topic id (resolved lazily) or LogEpoch
+	pending     *pendingCommit // a failed commit to retry (run goroutine only)
+	parking     *parking       // parked records (run goroutine only)
+	readTo      map[topicPartition]readMark
+	parkedTotal atomic.Int64
+	parkedNow   atomic.Int64
+	expelled    bool // the last commit showed that the group expelled this member
 }
 
 // NewSubscriber returns a subscriber reading with client.
@@ -130,10 +185,19 @@ func NewSubscriber(client *kgo.Client, cfg SubscriberConfig) (*Subscriber, error
 	if cfg.Observer == nil {
 		cfg.Observer = ports.NopObserver{}
 	}
+	if cfg.Fence == nil {
+		cfg.Fence = NewFence()
+	}
+	if cfg.MaxParked <= 0 {
+		cfg.MaxParked = 10 * cfg.MaxPollRecords
+	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
+	killCtx, killCancel := context.WithCancel(context.Background())
 	return &Subscriber{
-		client: client, cfg: cfg, prefix: hex.EncodeToString(id[:]),
+		killCtx: killCtx, killCancel: killCancel,
+		client: client, cfg: cfg, prefix: hex.EncodeToString(id[:]), logID: cfg.LogEpoch,
+		parking: newParking(), readTo: map[topicPartition]readMark{},
 		log:     cfg.Logger.With("component", "worker", "topic", cfg.Topic),
 		closing: make(chan struct{}), kill: make(chan struct{}), done: make(chan struct{}),
 	}, nil
@@ -141,7 +205,18 @@ func NewSubscriber(client *kgo.Client, cfg SubscriberConfig) (*Subscriber, error
 
 // Stats returns the subscriber's counters.
 func (s *Subscriber) Stats() SubscriberStats {
-	return SubscriberStats{Polls: s.polls.Load(), Records: s.records.Load(), Commits: s.commits.Load()}
+	return SubscriberStats{Polls: s.polls.Load(), Records: s.records.Load(), Commits: s.commits.Load(),
+		CommitFailures: s.commitFailures.Load(), CommitRetries: s.commitRetries.Load(), Fenced: s.fenced.Load(),
+		Parked: s.parkedTotal.Load(), ParkedNow: s.parkedNow.Load()}
+}
+
+// Health returns the error of the last offset commit when it failed (nil
+// once a later commit succeeded).
+func (s *Subscriber) Health() error {
+	if p := s.commitErr.Load(); p != nil {
+		return fmt.Errorf("cannot commit the worker's offsets: %w", *p)
+	}
+	return nil
 }
 
 // Subscribe implements message.Subscriber. It accepts only the configured
@@ -196,61 +271,162 @@ func (s *Subscriber) Close() error {
 	if !subscribed {
 		return nil
 	}
-	t := time.AfterFunc(s.cfg.CloseTimeout, func() { close(s.kill) })
+	t := time.AfterFunc(s.cfg.CloseTimeout, func() {
+		close(s.kill)
+		s.killCancel()
+	})
 	defer t.Stop()
 	<-s.done
+	s.killCancel()
 	return nil
 }
 
 func (s *Subscriber) run(ctx context.Context, out chan<- *message.Message) {
 	var backoff time.Duration
 	for batch := int64(0); ; batch++ {
-		recs, fetchErr, stop := s.poll(ctx)
-		if stop {
-			s.client.AllowRebalance()
-			return
+		for tp := range s.parking.dropGone(s.cfg.Fence) {
+			delete(s.readTo, tp)
 		}
-		if len(recs) == 0 {
-			s.client.AllowRebalance()
-			if fetchErr {
-				backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
-				if !sleepCtx(ctx, backoff) {
-					return
+		full := s.parking.n >= s.cfg.MaxParked
+		// A batch holds at most MaxPollRecords records, due ones first.
+		due, sched := s.parking.takeDue(time.Now(), s.cfg.MaxPollRecords)
+		// The gauge follows every change of parking.n (dropGone, takeDue
+		// here; divert and settle below), so Stats is right whenever read.
+		s.parkedNow.Store(int64(s.parking.n))
+		var recs []*kgo.Record
+		var fetched kgo.Fetches
+		if !full && len(due) < s.cfg.MaxPollRecords {
+			var fetchErr, stop bool
+			recs, fetched, fetchErr, stop = s.poll(ctx, len(due) > 0, s.cfg.MaxPollRecords-len(due))
+			if stop {
+				s.client.AllowRebalance()
+				return
+			}
+			if len(recs) == 0 && len(due) == 0 {
+				if s.pending != nil {
+					s.commitOffsets(nil, nil)
 				}
+				s.client.AllowRebalance()
+				if fetchErr {
+					backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
+					if !sleepCtx(ctx, backoff) {
+						return
+					}
+				}
+				continue
+			}
+		} else if len(due) == 0 {
+			// Backpressure: too many parked records (MaxParked); no new
+			// ones until some are resolved.
+			s.client.AllowRebalance()
+			wctx, cancel := s.parking.waitCtx(ctx, time.Now(), commitRetryInterval)
+			<-wctx.Done()
+			cancel()
+			if ctx.Err() != nil {
+				return
 			}
 			continue
 		}
 		backoff = 0
-		msgs := s.emit(recs, s.prefix+"-"+strconv.FormatInt(batch, 10), out)
-		acked := s.await(msgs)
-		rewind := s.commit(recs, acked)
+		s.noteRead(recs)
+		fresh := s.parking.divert(recs)
+		s.parkedNow.Store(int64(s.parking.n))
+		emitted := append(due, fresh...)
+		if len(emitted) == 0 {
+			// Every polled record joined a parked record's queue.
+			s.client.AllowRebalance()
+			continue
+		}
+		parts := partitionsOf(emitted)
+		snap := s.cfg.Fence.generations(parts)
+		batchCtx, cancelBatch := context.WithCancel(context.Background())
+		unwatch := s.cfg.Fence.watch(parts, cancelBatch)
+		stopKill := context.AfterFunc(s.killCtx, cancelBatch)
+		if fetched != nil {
+			s.resolveLog(ctx, fetched)
+		}
+		msgs, flags := s.emit(batchCtx, emitted, s.prefix+"-"+strconv.FormatInt(batch, 10), out)
+		acked, parked := s.await(msgs, flags)
+		unwatch()
+		stopKill()
+		cancelBatch()
+		gone := s.cfg.Fence.next()
+		s.expelled = false
+		rewind := s.settle(emitted, acked, parked, snap, sched)
 		if len(rewind) > 0 && ctx.Err() == nil {
 			s.client.SetOffsets(rewind)
 			s.log.Warn("mutations were not finished; reading them again", "partitions", len(rewind[s.cfg.Topic]))
 			sleepCtx(ctx, s.cfg.RedeliveryDelay)
 		}
 		s.client.AllowRebalance()
+		if s.expelled {
+			// The group expelled this member during the batch: let the
+			// client give up the partitions (Fence) before polling, so that
+			// records it fetched for them are not applied here (bounded:
+			// the applied marks would skip them anyway).
+			t := time.NewTimer(expelledWait)
+			select {
+			case <-gone:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
 		if ctx.Err() != nil {
-			if len(rewind) > 0 {
-				s.log.Info("stopping: unfinished mutations stay uncommitted for the next owner")
+			if len(rewind) > 0 || s.parking.n > 0 {
+				s.log.Info("stopping: unfinished mutations stay uncommitted for the next owner", "parked", s.parking.n)
 			}
 			return
 		}
 	}
 }
 
+// noteRead advances, per partition, the highest offset read.
+func (s *Subscriber) noteRead(recs []*kgo.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	gens := s.cfg.Fence.generations(partitionsOf(recs))
+	for _, r := range recs {
+		k := topicPartition{r.Topic, r.Partition}
+		cur, ok := s.readTo[k]
+		if !ok || cur.gen != gens[k] || r.Offset > cur.offset {
+			s.readTo[k] = readMark{offset: r.Offset, gen: gens[k]}
+		}
+	}
+}
+
+// readMark is the highest offset read from a partition while it had
+// Fence generation gen.
+type readMark struct {
+	offset int64
+	gen    uint64
+}
+
 // poll returns the next records. stop reports that polling must end.
-func (s *Subscriber) poll(ctx context.Context) (recs []*kgo.Record, fetchErr, stop bool) {
-	fetches := s.client.PollRecords(ctx, s.cfg.MaxPollRecords)
+// With due parked records it only takes what is buffered or comes at
+// once; otherwise it waits until records come, the next parked record is
+// due, or (after a failed commit) commitRetryInterval passed.
+func (s *Subscriber) poll(ctx context.Context, haveDue bool, maxRecords int) (recs []*kgo.Record, fetched kgo.Fetches, fetchErr, stop bool) {
+	var limit time.Duration
+	switch {
+	case haveDue:
+		limit = 10 * time.Millisecond
+	case s.pending != nil:
+		limit = commitRetryInterval
+	}
+	pctx, cancel := s.parking.waitCtx(ctx, time.Now(), limit)
+	defer cancel()
+	fetches := s.client.PollRecords(pctx, maxRecords)
 	if fetches.IsClientClosed() {
 		s.log.Error("the Kafka client was closed while consuming")
-		return nil, false, true
+		return nil, nil, false, true
 	}
 	if ctx.Err() != nil && fetches.NumRecords() == 0 {
-		return nil, false, true
+		return nil, nil, false, true
 	}
 	fetches.EachError(func(_ string, p int32, err error) {
-		if errors.Is(err, context.Canceled) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return
 		}
 		fetchErr = true
@@ -262,14 +438,16 @@ func (s *Subscriber) poll(ctx context.Context) (recs []*kgo.Record, fetchErr, st
 		s.polls.Add(1)
 		s.records.Add(int64(len(recs)))
 	}
-	return recs, fetchErr, false
+	return recs, fetches, fetchErr, false
 }
 
-// emit sends every record as a message, in poll order, and returns the
-// messages sent (all of them unless Close gave up waiting).
-func (s *Subscriber) emit(recs []*kgo.Record, batch string, out chan<- *message.Message) []*message.Message {
+// emit sends every record as a message, in order, and returns the
+// messages sent (all of them unless Close gave up waiting) and their park
+// signals (see markParked).
+func (s *Subscriber) emit(ctx context.Context, recs []*kgo.Record, batch string, out chan<- *message.Message) ([]*message.Message, []*atomic.Bool) {
 	size := strconv.Itoa(len(recs))
 	msgs := make([]*message.Message, 0, len(recs))
+	flags := make([]*atomic.Bool, 0, len(recs))
 	for i, rec := range recs {
 		msg := unmarshal(rec, 5)
 		md := msg.Metadata
@@ -278,25 +456,36 @@ func (s *Subscriber) emit(recs []*kgo.Record, batch string, out chan<- *message.
 		md[MetadataBatch] = batch
 		md[MetadataBatchIndex] = strconv.Itoa(i)
 		md[MetadataBatchSize] = size
+		if s.logID != "" {
+			md[MetadataLog] = s.logID
+		}
+		// The poll's context, with the record (RecordFromMessage) and the
+		// park signal.
+		flag := new(atomic.Bool)
+		msg.SetContext(context.WithValue(context.WithValue(ctx, recordCtxKey{}, rec), parkSignalKey{}, flag))
 		select {
 		case out <- msg:
 			msgs = append(msgs, msg)
+			flags = append(flags, flag)
 		case <-s.kill:
-			return msgs
+			return msgs, flags
 		}
 	}
-	return msgs
+	return msgs, flags
 }
 
 // await waits for every message to be acked or nacked and reports which
-// were acked (by record position; unsent records count as nacked).
-func (s *Subscriber) await(msgs []*message.Message) []bool {
-	acked := make([]bool, len(msgs))
+// were acked and which were nacked as parked (by record position; unsent
+// records count as nacked).
+func (s *Subscriber) await(msgs []*message.Message, flags []*atomic.Bool) (acked, parked []bool) {
+	acked = make([]bool, len(msgs))
+	parked = make([]bool, len(msgs))
 	for i, msg := range msgs {
 		select {
 		case <-msg.Acked():
 			acked[i] = true
 		case <-msg.Nacked():
+			parked[i] = flags[i].Load()
 		case <-s.kill:
 			// Acked or nacked in the meantime still counts.
 			select {
@@ -306,52 +495,92 @@ func (s *Subscriber) await(msgs []*message.Message) []bool {
 			}
 		}
 	}
-	return acked
+	return acked, parked
 }
 
-// commit commits, per partition, through the last record of the longest
-// acked prefix, and returns the offsets to rewind to: per partition with
-// an unfinished record, its first unfinished offset.
-func (s *Subscriber) commit(recs []*kgo.Record, acked []bool) map[string]map[int32]kgo.EpochOffset {
-	type tp struct {
-		topic     string
-		partition int32
-	}
+// settle parks the parked records, commits per partition the offset
+// before its first unfinished or parked record (everything before it is
+// finished), and returns the offsets to rewind to: per partition with an
+// unfinished (not parked) record, its first unfinished offset. Partitions
+// revoked or lost while the batch was in flight are left to their new
+// owners: neither committed nor rewound.
+func (s *Subscriber) settle(recs []*kgo.Record, acked, parked []bool, snap map[topicPartition]uint64, sched map[parkKey]*parkQueue) map[string]map[int32]kgo.EpochOffset {
+	type tp = topicPartition
 	stopAt := map[tp]int64{}
 	for i, rec := range recs {
-		k := tp{rec.Topic, rec.Partition}
-		if i < len(acked) && acked[i] {
+		if i < len(acked) && (acked[i] || parked[i]) {
 			continue
 		}
+		k := tp{rec.Topic, rec.Partition}
 		if at, ok := stopAt[k]; !ok || rec.Offset < at {
 			stopAt[k] = rec.Offset
 		}
 	}
-	last := map[tp]*kgo.Record{}
-	for _, rec := range recs {
-		k := tp{rec.Topic, rec.Partition}
-		if at, ok := stopAt[k]; ok && rec.Offset >= at {
-			continue
-		}
-		if l, ok := last[k]; !ok || rec.Offset > l.Offset {
-			last[k] = rec
+	gone := map[tp]bool{}
+	for k := range snap {
+		if !s.cfg.Fence.still(snap, k) {
+			gone[k] = true
 		}
 	}
-	if len(last) > 0 {
-		commit := make([]*kgo.Record, 0, len(last))
-		for _, r := range last {
-			commit = append(commit, r)
+	now := time.Now()
+	maxDelay := 16 * s.cfg.RedeliveryDelay
+	for i, rec := range recs {
+		k := tp{rec.Topic, rec.Partition}
+		if i >= len(parked) || !parked[i] || gone[k] {
+			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
-		err := s.client.CommitRecords(ctx, commit...)
-		cancel()
-		if err != nil {
-			// Read again after a restart or rebalance: at-least-once
-			// delivery turns this into duplicates, not loss.
-			s.log.Warn("cannot commit offsets; the batch may be applied again", "error", err)
-		} else {
-			s.commits.Add(1)
+		if at, ok := stopAt[k]; ok && rec.Offset >= at {
+			continue // read again with the rewind
 		}
+		delay := s.cfg.RedeliveryDelay
+		q := sched[keyOf(rec)]
+		if q != nil {
+			delay = min(2*q.delay, maxDelay)
+		}
+		s.parking.add(rec, map[tp]uint64{k: snap[k]}, delay, now, q != nil)
+		s.parkedTotal.Add(1)
+	}
+	for k, at := range stopAt {
+		if gone[k] {
+			continue
+		}
+		s.parking.dropFrom(k, at)
+		if m, ok := s.readTo[k]; ok && m.offset >= at {
+			s.readTo[k] = readMark{offset: at - 1, gen: m.gen}
+		}
+	}
+	low := s.parking.lowest()
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	for k := range snap {
+		if gone[k] {
+			continue
+		}
+		m, ok := s.readTo[k]
+		if !ok || m.gen != snap[k] {
+			continue
+		}
+		to := m.offset + 1
+		if at, ok := stopAt[k]; ok && at < to {
+			to = at
+		}
+		if at, ok := low[k]; ok && at < to {
+			to = at
+		}
+		if offsets[k.topic] == nil {
+			offsets[k.topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[k.topic][k.partition] = kgo.EpochOffset{Epoch: -1, Offset: to}
+	}
+	s.parkedNow.Store(int64(s.parking.n))
+	if len(offsets) > 0 {
+		s.commitOffsets(offsets, snap)
+	}
+	if len(gone) > 0 {
+		s.fenced.Add(1)
+	}
+	for k := range gone {
+		delete(stopAt, k)
+		delete(s.readTo, k)
 	}
 	if len(stopAt) == 0 {
 		return nil
@@ -364,6 +593,155 @@ func (s *Subscriber) commit(recs []*kgo.Record, acked []bool) map[string]map[int
 		rewind[k.topic][k.partition] = kgo.EpochOffset{Epoch: -1, Offset: at}
 	}
 	return rewind
+}
+
+// commitOffsets commits the offsets (the next offset to read, per
+// partition), retrying failures with backoff within CommitTimeout. An
+// error that says the group moved on without this member is not retried.
+//
+// A commit that still fails is kept and retried with the next commit, or
+// after commitRetryInterval without records, for the partitions the
+// member still owns; Health reports it meanwhile.
+func (s *Subscriber) commitOffsets(offsets map[string]map[int32]kgo.EpochOffset, snap map[topicPartition]uint64) {
+	if offsets == nil {
+		offsets = map[string]map[int32]kgo.EpochOffset{}
+	}
+	if snap == nil {
+		snap = map[topicPartition]uint64{}
+	}
+	if p := s.pending; p != nil {
+		s.pending = nil
+		for t, ps := range p.offsets {
+			for part, eo := range ps {
+				k := topicPartition{t, part}
+				if !s.cfg.Fence.still(p.snap, k) {
+					continue
+				}
+				if _, ok := offsets[t][part]; ok {
+					continue // the newer commit of the partition wins
+				}
+				if offsets[t] == nil {
+					offsets[t] = map[int32]kgo.EpochOffset{}
+				}
+				offsets[t][part] = eo
+				snap[k] = p.snap[k]
+			}
+		}
+	}
+	if len(offsets) == 0 {
+		s.commitErr.Store(nil)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		err := s.commitOnce(ctx, offsets)
+		if err == nil {
+			s.commits.Add(1)
+			s.commitErr.Store(nil)
+			return
+		}
+		fenced := fencedCommit(err)
+		if fenced || ctx.Err() != nil || !sleepCtx(ctx, backoff) {
+			s.commitFailures.Add(1)
+			if fenced {
+				// The group moved on without this member: the partitions'
+				// next readers read the batch again and the records'
+				// applied marks skip what was applied already.
+				s.expelled = s.expelled || expelledCommit(err)
+				s.commitErr.Store(nil)
+				s.log.Warn("cannot commit offsets: the group moved on without this worker; the partitions' next reader reads the batch again", "error", err)
+				return
+			}
+			s.commitErr.Store(&err)
+			s.pending = &pendingCommit{offsets: offsets, snap: snap}
+			s.log.Warn("cannot commit offsets; retrying later", "error", err)
+			return
+		}
+		s.commitRetries.Add(1)
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// commitOnce commits offsets and returns the request's or the first
+// partition's error.
+func (s *Subscriber) commitOnce(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) error {
+	var rerr error
+	s.client.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			rerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil && rerr == nil {
+					rerr = err
+				}
+			}
+		}
+	})
+	return rerr
+}
+
+// commitRetryInterval is how long a poll waits for records before a
+// failed commit is retried.
+const commitRetryInterval = 2 * time.Second
+
+// expelledWait bounds the wait, after a commit showed that the group
+// expelled this member, for the client to give up its partitions.
+const expelledWait = 5 * time.Second
+
+// pendingCommit is a commit that failed, kept to be retried.
+type pendingCommit struct {
+	offsets map[string]map[int32]kgo.EpochOffset
+	snap    map[topicPartition]uint64
+}
+
+// resolveLog sets the log identity from the poll's topic id when no
+// LogEpoch pins it (asking the brokers when the fetch did not carry it).
+func (s *Subscriber) resolveLog(ctx context.Context, fetches kgo.Fetches) {
+	if s.cfg.LogEpoch != "" {
+		return
+	}
+	var fetchedID [16]byte
+	fetches.EachTopic(func(t kgo.FetchTopic) {
+		if t.Topic == s.cfg.Topic && len(t.Partitions) > 0 {
+			fetchedID = t.TopicID
+		}
+	})
+	if id := encodeTopicID(fetchedID); id != "" {
+		if id != s.logID && s.logID != "" {
+			s.log.Warn("the mutation log's topic id changed (re-created topic): positions of the old topic no longer fence", "topic_id", id)
+		}
+		s.logID = id
+		return
+	}
+	if s.logID != "" {
+		return
+	}
+	mctx, cancel := context.WithTimeout(ctx, s.cfg.CommitTimeout)
+	defer cancel()
+	id, err := topicID(mctx, s.client, s.cfg.Topic)
+	if err != nil || id == "" {
+		s.log.Warn("cannot learn the mutation log's topic id; set SINK_KAFKA_LOG_EPOCH so that log positions fence stale workers (mutation ids still dedupe)", "error", err)
+		return
+	}
+	s.logID = id
+}
+
+// partitionsOf returns the distinct partitions of recs.
+func partitionsOf(recs []*kgo.Record) []topicPartition {
+	seen := map[topicPartition]bool{}
+	var out []topicPartition
+	for _, r := range recs {
+		k := topicPartition{r.Topic, r.Partition}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // observeLag reports, for every partition that returned records, how many

@@ -39,15 +39,41 @@ type WorkerConfig struct {
 	// Observer receives the number of dead-lettered mutations by reason
 	// (default ports.NopObserver).
 	Observer ports.Observer
+	// BatchTimeout is the time budget of applying one batch (the deadline
+	// of the handler's context; default DefaultBatchTimeout). Mutations
+	// still failing transiently when it ends are parked: nacked without
+	// being dead-lettered, their partition is read again from the first of
+	// them after the subscriber's redelivery delay (later mutations of
+	// other records in that partition are read again too, and skipped by
+	// their records' applied marks). Keep it well below the consumer
+	// group's rebalance timeout: NewClient's RebalanceTimeout / 3.
+	BatchTimeout time.Duration
+	// DeadLetterTimeout bounds writing one batch's dead letters, retries
+	// included (default BatchTimeout / 2); what is not acknowledged by
+	// then is nacked and read again.
+	DeadLetterTimeout time.Duration
+	// MaxAttempts is how many attempts, summed over the deliveries of a
+	// parked mutation, it gets before it is dead-lettered as "retries
+	// exhausted" (default 10; bootstrap passes SINK_APPLY_MAX_ATTEMPTS).
+	MaxAttempts int
 }
+
+// DefaultBatchTimeout is WorkerConfig.BatchTimeout's default: a third of
+// DefaultRebalanceTimeout.
+const DefaultBatchTimeout = DefaultRebalanceTimeout / 3
 
 // WorkerStats are counters of a worker since it was created.
 type WorkerStats struct {
 	Batches      int64 // batches applied
 	Records      int64 // messages handled
-	Applied      int64 // mutations applied (outcome without error)
+	Applied      int64 // mutations applied (outcome without error, not skipped)
+	Skipped      int64 // mutations found applied already (redeliveries), nothing written
 	DeadLettered int64 // messages written to the dead-letter topic
+	Parked       int64 // mutations parked: not applied within a batch's time budget, read again
 	Commits      int64 // successful offset commits (Kafka subscriber only)
+	// CommitFailures are offset commits that failed after their retries
+	// (Kafka subscriber only).
+	CommitFailures int64
 }
 
 // Worker is the worker role: a Watermill message.Router with one handler
@@ -67,10 +93,22 @@ type WorkerStats struct {
 // such as Watermill's GoChannel) is a batch of one, applied at once.
 //
 // Permanent failures and undecodable messages are written to
-// DeadLetterTopic with the sink-dlq-* metadata before they are acked. A
-// mutation whose outcome is CodeCanceled (shutdown) is nacked, and so is
-// every failure after it in its partition (they are read again, not
-// dead-lettered).
+// DeadLetterTopic with the sink-dlq-* metadata before they are acked
+// (within DeadLetterTimeout; otherwise nacked). A mutation whose outcome
+// is CodeCanceled (shutdown) is nacked, and so is every failure after it
+// in its partition (they are read again, not dead-lettered).
+//
+// Bounded and fenced: the handler's context ends after BatchTimeout (keep
+// it well below the group's rebalance timeout), when the worker stops,
+// and when the subscriber loses a partition of the batch (Fence). A
+// mutation still failing transiently when the budget ends is parked: with
+// the Kafka Subscriber it is held, with its record's later mutations,
+// and delivered again later while the partition's other records flow (see
+// markParked); with other subscribers it is nacked like a canceled one.
+// Its attempts are summed over its deliveries; at MaxAttempts it is
+// dead-lettered as "retries exhausted". Every mutation carries its log
+// position (MetadataLog, partition, offset) for the records' applied
+// marks, which reject what a stale worker writes late.
 type Worker struct {
 	sub     message.Subscriber
 	pub     message.Publisher
@@ -92,7 +130,16 @@ type Worker struct {
 	runErr    error
 	running   atomic.Bool
 
-	stats struct{ batches, records, applied, deadLettered atomic.Int64 }
+	stats struct{ batches, records, applied, skipped, deadLettered, parked atomic.Int64 }
+
+	// attempts sums the attempts of the parked mutation at the head of
+	// each partition over its deliveries (applier goroutine only).
+	attempts map[source]parkedAttempts
+}
+
+type parkedAttempts struct {
+	id       string
+	attempts int
 }
 
 // NewWorker returns a worker reading the mutation log from sub (a
@@ -123,7 +170,16 @@ func NewWorker(sub message.Subscriber, pub message.Publisher, handler ports.Muta
 	if cfg.Observer == nil {
 		cfg.Observer = ports.NopObserver{}
 	}
-	w := &Worker{sub: sub, pub: pub, handler: handler, cfg: cfg, batches: map[string]*pendingBatch{},
+	if cfg.BatchTimeout <= 0 {
+		cfg.BatchTimeout = DefaultBatchTimeout
+	}
+	if cfg.DeadLetterTimeout <= 0 {
+		cfg.DeadLetterTimeout = cfg.BatchTimeout / 2
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 10
+	}
+	w := &Worker{sub: sub, pub: pub, handler: handler, cfg: cfg, batches: map[string]*pendingBatch{}, attempts: map[source]parkedAttempts{},
 		log: cfg.Logger.With("component", "worker", "topic", cfg.Topic)}
 	w.applyCtx, w.cancel = context.WithCancel(context.Background())
 	w.applyQ = make(chan *pendingBatch)
@@ -144,11 +200,25 @@ func (w *Worker) Router() *message.Router { return w.router }
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
-	s := WorkerStats{Batches: w.stats.batches.Load(), Records: w.stats.records.Load(), Applied: w.stats.applied.Load(), DeadLettered: w.stats.deadLettered.Load()}
+	s := WorkerStats{Batches: w.stats.batches.Load(), Records: w.stats.records.Load(), Applied: w.stats.applied.Load(), Skipped: w.stats.skipped.Load(),
+		DeadLettered: w.stats.deadLettered.Load(), Parked: w.stats.parked.Load()}
 	if ks, ok := w.sub.(*Subscriber); ok {
-		s.Commits = ks.Stats().Commits
+		st := ks.Stats()
+		s.Commits, s.CommitFailures = st.Commits, st.CommitFailures
 	}
 	return s
+}
+
+// Health reports why the worker is not healthy: its router does not run,
+// or (Kafka subscriber) the last offset commit failed.
+func (w *Worker) Health() error {
+	if !w.Running() {
+		return errors.New("the worker's router is not running")
+	}
+	if ks, ok := w.sub.(*Subscriber); ok {
+		return ks.Health()
+	}
+	return nil
 }
 
 // Running reports whether the router runs.
@@ -369,12 +439,21 @@ func sourceOf(msg *message.Message) source {
 
 // apply applies one batch (entries in poll order) and sets every entry's
 // result: decode, apply, dead-letter.
+//
+// The batch's context ends when the worker is canceled, when the
+// subscriber cancels the poll (a partition of it was revoked or lost: see
+// Fence) and after BatchTimeout (the handler parks what still fails).
 func (w *Worker) apply(entries []*batchEntry) {
 	w.stats.batches.Add(1)
+	ctx, cancel := context.WithTimeout(w.applyCtx, w.cfg.BatchTimeout)
+	defer cancel()
+	if len(entries) > 0 && entries[0].msg.Context() != nil {
+		defer context.AfterFunc(entries[0].msg.Context(), cancel)()
+	}
 	srcs := make([]source, len(entries))
 	dead := make([]*deadLetterInfo, len(entries))
 	muts, owners := w.decode(entries, srcs, dead)
-	unfinished := w.applyMutations(muts, owners, entries, srcs, dead)
+	unfinished := w.applyMutations(ctx, muts, owners, entries, srcs, dead)
 	w.deadLetter(entries, srcs, dead, unfinished)
 }
 
@@ -391,7 +470,7 @@ func (w *Worker) decode(entries []*batchEntry, srcs []source, dead []*deadLetter
 			continue
 		}
 		if srcs[i].known {
-			m.Source = domain.SourcePosition{Partition: srcs[i].partition, Offset: srcs[i].offset}
+			m.Source = domain.SourcePosition{Log: e.msg.Metadata.Get(MetadataLog), Partition: srcs[i].partition, Offset: srcs[i].offset}
 		}
 		muts = append(muts, m)
 		owners = append(owners, i)
@@ -402,22 +481,40 @@ func (w *Worker) decode(entries []*batchEntry, srcs []source, dead []*deadLetter
 // applyMutations hands the decoded mutations to the handler, sets the
 // applied entries' results and the failures' dead-letter reasons, and
 // returns, per partition, the first offset that did not finish (canceled).
-func (w *Worker) applyMutations(muts []domain.Mutation, owners []int, entries []*batchEntry, srcs []source, dead []*deadLetterInfo) map[int32]int64 {
+func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, owners []int, entries []*batchEntry, srcs []source, dead []*deadLetterInfo) map[int32]int64 {
 	stopAt := map[int32]int64{}
 	if len(muts) == 0 {
 		return stopAt
 	}
-	outcomes := w.handler.ApplyMutations(w.applyCtx, muts)
+	outcomes := w.handler.ApplyMutations(ctx, muts)
+	parked := w.park(muts, owners, outcomes, srcs)
 	for j, i := range owners {
 		o := ports.ApplyOutcome{Err: domain.Errorf(domain.CodeCanceled, "the handler returned no outcome")}
 		if j < len(outcomes) {
 			o = outcomes[j]
 		}
 		if o.Err == nil {
-			w.stats.applied.Add(1)
+			if o.Skipped {
+				w.stats.skipped.Add(1)
+			} else {
+				w.stats.applied.Add(1)
+			}
 			continue
 		}
 		e := domain.AsError(o.Err)
+		if parked[j] {
+			w.stats.parked.Add(1)
+			entries[i].err = fmt.Errorf("%w: %w", errUnfinished, e)
+			if markParked(entries[i].msg) {
+				// The subscriber holds it (and its record's later
+				// mutations) and delivers it again; the partition goes on.
+				continue
+			}
+			if at, ok := stopAt[srcs[i].partition]; !ok || srcs[i].offset < at || !srcs[i].known {
+				stopAt[srcs[i].partition] = srcs[i].offset
+			}
+			continue
+		}
 		if e.Code == domain.CodeCanceled {
 			entries[i].err = fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
 			if at, ok := stopAt[srcs[i].partition]; !ok || srcs[i].offset < at || !srcs[i].known {
@@ -432,6 +529,62 @@ func (w *Worker) applyMutations(muts []domain.Mutation, owners []int, entries []
 		dead[i] = &deadLetterInfo{reason: ReasonApplyFailed, code: e.Code.String(), message: e.Error(), attempts: o.Attempts, mutationID: m.ID}
 	}
 	return stopAt
+}
+
+// park decides which failed outcomes are parked (delivered again later)
+// rather than dead-lettered: retryable failures (the handler's time budget
+// ended), unless the first of them of its record has used up MaxAttempts
+// over its deliveries (then its outcome becomes "retries exhausted", it is
+// dead-lettered and the record's later mutations move on).
+func (w *Worker) park(muts []domain.Mutation, owners []int, outcomes []ports.ApplyOutcome, srcs []source) []bool {
+	parked := make([]bool, len(owners))
+	type recordKey struct {
+		partition int32
+		address   string
+	}
+	heads := map[recordKey]int{} // record → index (in owners) of its first parked mutation
+	for j, i := range owners {
+		if j >= len(outcomes) || outcomes[j].Err == nil {
+			continue
+		}
+		e := domain.AsError(outcomes[j].Err)
+		if e.Code == domain.CodeCanceled || !e.Retryable {
+			continue
+		}
+		parked[j] = true
+		k := recordKey{srcs[i].partition, muts[j].Address.String()}
+		if h, ok := heads[k]; !ok || srcs[i].offset < srcs[owners[h]].offset {
+			heads[k] = j
+		}
+	}
+	if len(heads) == 0 {
+		return parked
+	}
+	if len(w.attempts) > 4*w.cfg.MaxBatch {
+		clear(w.attempts) // heads of partitions this worker no longer reads
+	}
+	for _, j := range heads {
+		i := owners[j]
+		if !srcs[i].known {
+			continue
+		}
+		key := srcs[i]
+		prev := w.attempts[key]
+		if prev.id != muts[j].ID {
+			prev = parkedAttempts{id: muts[j].ID}
+		}
+		prev.attempts += max(outcomes[j].Attempts, 1)
+		if prev.attempts < w.cfg.MaxAttempts {
+			w.attempts[key] = prev
+			continue
+		}
+		delete(w.attempts, key)
+		parked[j] = false
+		e := domain.AsError(outcomes[j].Err)
+		outcomes[j].Attempts = prev.attempts
+		outcomes[j].Err = &domain.Error{Code: e.Code, Message: fmt.Sprintf("retries exhausted after %d attempts over several deliveries: %s", prev.attempts, e.Error()), Cause: e}
+	}
+	return parked
 }
 
 // deadLetter publishes the dead letters of records before their
@@ -483,8 +636,10 @@ func (w *Worker) publishDeadLetters(msgs []*message.Message) []error {
 		pending[i] = i
 	}
 	backoff := 100 * time.Millisecond
+	ctx, cancelAll := context.WithTimeout(w.applyCtx, w.cfg.DeadLetterTimeout)
+	defer cancelAll()
 	for {
-		attemptCtx, cancel := context.WithTimeout(w.applyCtx, 30*time.Second)
+		attemptCtx, cancel := context.WithTimeout(ctx, w.cfg.DeadLetterTimeout)
 		batch := make([]*message.Message, len(pending))
 		for j, i := range pending {
 			msgs[i].SetContext(attemptCtx)
@@ -518,7 +673,8 @@ func (w *Worker) publishDeadLetters(msgs []*message.Message) []error {
 		}
 		pending = retry
 		w.log.Warn("cannot write to the dead-letter topic; retrying", "topic", w.cfg.DeadLetterTopic, "records", len(pending), "error", err)
-		if !sleepCtx(w.applyCtx, backoff) {
+		if !sleepCtx(ctx, backoff) {
+			// Not acknowledged within DeadLetterTimeout: nacked, read again.
 			return errs
 		}
 		backoff = min(2*backoff, 5*time.Second)

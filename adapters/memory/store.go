@@ -62,6 +62,39 @@ func cloneMark(m domain.AppliedMark) domain.AppliedMark {
 	return m
 }
 
+// shared returns the mark for a reader without copying its ring: the store
+// never changes an entry a reader can see (advance only appends past the
+// end of every slice it handed out, or moves to a new array), and the
+// capacity is cut to the length so that a reader's append copies.
+func shared(m domain.AppliedMark) domain.AppliedMark {
+	m.Recent = m.Recent[:len(m.Recent):len(m.Recent)]
+	return m
+}
+
+// advance is domain.AppliedMark.Advance for the store's own marks, with
+// amortised allocation: the ring grows into spare capacity (room for keep
+// more entries) and moves to a new array only when that is used up.
+func advance(m domain.AppliedMark, u *ports.MarkUpdate, rev domain.Revision) domain.AppliedMark {
+	if !u.Position.IsZero() {
+		m.Position = u.Position
+	}
+	r := m.Recent
+	if cap(r)-len(r) < len(u.IDs) {
+		n := min(len(r), u.Keep)
+		nr := make([]domain.AppliedEntry, n, u.Keep+max(u.Keep, len(u.IDs)))
+		copy(nr, r[len(r)-n:])
+		r = nr
+	}
+	for _, id := range u.IDs {
+		r = append(r, domain.AppliedEntry{ID: id, Revision: rev})
+	}
+	if len(r) > u.Keep {
+		r = r[len(r)-max(u.Keep, 0):]
+	}
+	m.Recent = r
+	return m
+}
+
 // Read implements ports.Storage.
 func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
 	out := make([]ports.ReadResult, len(addrs))
@@ -78,7 +111,7 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 		e, ok := sh.records[id]
 		sh.mu.RUnlock()
 		if ok {
-			out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: clone(e.doc), Revision: e.rev, Mark: cloneMark(e.mark)}}
+			out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: clone(e.doc), Revision: e.rev, Mark: shared(e.mark)}}
 		}
 	}
 	return out
@@ -135,7 +168,7 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 	rev := domain.Revision(strconv.FormatUint(s.seq.Add(1), 10))
 	mark := cur.mark // zero when the record did not exist
 	if op.Mark != nil {
-		mark = mark.Advance(op.Mark.IDs, rev, op.Mark.Position, op.Mark.Keep)
+		mark = advance(mark, op.Mark, rev)
 	}
 	sh.records[id] = entry{doc: clone(op.Document), rev: rev, mark: mark}
 	return ports.WriteResult{Revision: rev, Existed: exists}

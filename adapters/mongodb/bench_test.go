@@ -264,3 +264,64 @@ func BenchmarkSinglePut(b *testing.B) {
 	b.ReportMetric(percentile(p.times[0], 0.50)/rawP50, "store/raw-p50")
 	b.ReportMetric(percentile(p.times[1], 0.50)/rawP50, "service/raw-p50")
 }
+
+// BenchmarkBatchPutMarked500x1KB records what applied marks cost the
+// store's batch of 500 (100 on FerretDB) unconditional puts (the worker's writes): "plain" puts
+// without a mark on records without one (one bulk update per chunk),
+// "marked" puts with a mark, as the worker sends them (one find of the
+// hidden fields plus one bulk write per chunk), and "plain-on-marked" puts
+// without a mark on records that have one, as synchronous writes after the
+// worker's (the bulk update, then a find and a bulk write carrying the
+// marks over).
+func BenchmarkBatchPutMarked500x1KB(b *testing.B) {
+	e := newBenchEnv(b)
+	// One store per path: on FerretDB the first update bulk that meets a
+	// record with a mark makes that store send upserts one by one (see
+	// bulkCommand), which must not slow the other paths down.
+	srv := mongotest.Shared(b)
+	stores := map[string]*mongodb.Store{}
+	for _, name := range []string{"plain", "marked", "plain-on-marked"} {
+		stores[name] = newStore(b, client(b, srv.URI()), mongodb.Options{})
+	}
+	// FerretDB evaluates filters other than a bare _id by scanning the
+	// collection, so conditional replaces cost a scan each there: keep its
+	// batches smaller (the per-record metrics compare across sizes).
+	n := benchBatch
+	if srv.IsFerretDB() {
+		n = 100
+	}
+	offset := int64(0)
+	put := func(dataset string, marked bool) {
+		ops := make([]ports.WriteOp, n)
+		for i := range ops {
+			ops[i] = ports.WriteOp{Kind: ports.WritePut, Address: e.addr(dataset, i), Document: e.doc()}
+			if marked {
+				offset++
+				ops[i].Mark = &ports.MarkUpdate{IDs: []string{fmt.Sprintf("mutation-%d", offset)},
+					Position: domain.SourcePosition{Log: "bench", Offset: offset}, Keep: domain.DefaultAppliedRing}
+			}
+		}
+		for i, r := range stores[dataset].Write(e.ctx, ops) {
+			if r.Err != nil {
+				b.Fatalf("put %d: %v", i, r.Err)
+			}
+		}
+	}
+	put("plain", false)
+	put("marked", true)
+	put("plain-on-marked", true)
+	p := paths{names: [3]string{"plain", "marked", "plain-on-marked"}}
+	b.ResetTimer()
+	for b.Loop() {
+		p.run(0, func() { put("plain", false) })
+		p.run(1, func() { put("marked", true) })
+		p.run(2, func() { put("plain-on-marked", false) })
+	}
+	plain := mean(p.times[0])
+	for i, name := range p.names {
+		b.ReportMetric(mean(p.times[i])/1e6, name+"-ms/op")
+		b.ReportMetric(mean(p.times[i])/1e3/float64(n), name+"-µs/record")
+	}
+	b.ReportMetric(mean(p.times[1])/plain, "marked/plain")
+	b.ReportMetric(mean(p.times[2])/plain, "plain-on-marked/plain")
+}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -142,107 +144,276 @@ func parseRevision(r domain.Revision) (bson.ObjectID, bool) {
 // appendMeta appends the hidden field holding Sink's per-record metadata:
 // {"v": 1, "rev": ObjectID} plus, when Sink added the _id because the
 // client's document had none, "idAdded": true (reads then leave _id out
-// again). It is a sub-document so that later versions can add members (for
-// example applied mutation ids).
-func appendMeta(dst []byte, field string, rev bson.ObjectID, idAdded bool) []byte {
+// again), plus, when the record has an applied mark, "m": the mark (see
+// appendMark). It is a sub-document so that later versions can add members;
+// records written before the mark existed simply have no "m".
+func appendMeta(dst []byte, field string, rev bson.ObjectID, idAdded bool, mark domain.AppliedMark) []byte {
 	idx, dst := bsoncore.AppendDocumentElementStart(dst, field)
 	dst = bsoncore.AppendInt32Element(dst, "v", metaVersion)
 	dst = bsoncore.AppendObjectIDElement(dst, "rev", rev)
 	if idAdded {
 		dst = bsoncore.AppendBooleanElement(dst, metaIDAdded, true)
 	}
+	if !mark.IsZero() {
+		dst = appendMark(dst, mark)
+	}
 	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
 	return dst
 }
 
-// metaIDAdded is the member of the hidden field that says Sink added the _id.
-const metaIDAdded = "idAdded"
+// Members of the hidden field.
+const (
+	// metaIDAdded says Sink added the _id.
+	metaIDAdded = "idAdded"
+	// metaMark holds the applied mark.
+	metaMark = "m"
+)
 
-// metaOverhead is the most bytes appendMeta adds for field.
-func metaOverhead(field string) int { return len(appendMeta(nil, field, bson.ObjectID{}, true)) }
+// appendMark appends the applied mark as the hidden field's "m" member:
+// {"l": log, "p": int32 partition, "o": int64 offset} when the mark has a
+// position, and "r": [{"i": mutation id, "v": revision}, ...] (oldest
+// first) when its ring is not empty. Revisions this adapter issued are
+// stored as ObjectIDs, anything else as a string.
+func appendMark(dst []byte, m domain.AppliedMark) []byte {
+	idx, dst := bsoncore.AppendDocumentElementStart(dst, metaMark)
+	if !m.Position.IsZero() {
+		dst = bsoncore.AppendStringElement(dst, "l", m.Position.Log)
+		dst = bsoncore.AppendInt32Element(dst, "p", m.Position.Partition)
+		dst = bsoncore.AppendInt64Element(dst, "o", m.Position.Offset)
+	}
+	if len(m.Recent) > 0 {
+		aidx, d := bsoncore.AppendArrayElementStart(dst, "r")
+		dst = d
+		for i, e := range m.Recent {
+			eidx, d := bsoncore.AppendDocumentElementStart(dst, strconv.Itoa(i))
+			dst = bsoncore.AppendStringElement(d, "i", e.ID)
+			if oid, ok := parseRevision(e.Revision); ok {
+				dst = bsoncore.AppendObjectIDElement(dst, "v", oid)
+			} else {
+				dst = bsoncore.AppendStringElement(dst, "v", string(e.Revision))
+			}
+			dst, _ = bsoncore.AppendDocumentEnd(dst, eidx)
+		}
+		dst, _ = bsoncore.AppendArrayEnd(dst, aidx)
+	}
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return dst
+}
+
+// metaOverhead is the most bytes appendMeta adds for field when the applied
+// mark's ring holds up to ring IDs: the space reserved in every document,
+// so that a document accepted once can always be written with a full ring.
+func metaOverhead(field string, ring int) int {
+	m := domain.AppliedMark{Position: domain.SourcePosition{Log: strings.Repeat("x", domain.MaxLogBytes), Partition: 1, Offset: 1}}
+	id := strings.Repeat("x", domain.MaxMutationIDBytes)
+	rev := revisionToken(bson.ObjectID{})
+	for range ring {
+		m.Recent = append(m.Recent, domain.AppliedEntry{ID: id, Revision: rev})
+	}
+	return len(appendMeta(nil, field, bson.ObjectID{}, true, m))
+}
+
+// markOf reads the applied mark from the hidden field's sub-document
+// (zero when it has none).
+func (e *encoder) markOf(meta bsoncore.Document) (domain.AppliedMark, error) {
+	var m domain.AppliedMark
+	v, err := meta.LookupErr(metaMark)
+	if err != nil {
+		return m, nil
+	}
+	bad := func(what string) error {
+		return fmt.Errorf("the record's %q field has a malformed applied mark (%s); remove the field or rename SINK_MONGODB_HIDDEN_FIELD", e.hidden, what)
+	}
+	doc, ok := v.DocumentOK()
+	if !ok {
+		return m, bad("not a sub-document")
+	}
+	if l, err := doc.LookupErr("l"); err == nil {
+		log, ok1 := l.StringValueOK()
+		p, ok2 := doc.Lookup("p").Int32OK()
+		o, ok3 := doc.Lookup("o").Int64OK()
+		if !ok1 || !ok2 || !ok3 || log == "" {
+			return m, bad("position")
+		}
+		m.Position = domain.SourcePosition{Log: log, Partition: p, Offset: o}
+	}
+	r, err := doc.LookupErr("r")
+	if err != nil {
+		return m, nil
+	}
+	arr, ok := r.ArrayOK()
+	if !ok {
+		return m, bad("ring")
+	}
+	vals, err := arr.Values()
+	if err != nil {
+		return m, bad("ring")
+	}
+	m.Recent = make([]domain.AppliedEntry, 0, len(vals))
+	for _, ev := range vals {
+		ed, ok := ev.DocumentOK()
+		if !ok {
+			return m, bad("ring entry")
+		}
+		id, ok := ed.Lookup("i").StringValueOK()
+		if !ok {
+			return m, bad("ring entry")
+		}
+		var rev domain.Revision
+		switch rv := ed.Lookup("v"); rv.Type {
+		case bsoncore.TypeObjectID:
+			oid, _ := rv.ObjectIDOK()
+			rev = revisionToken(oid)
+		case bsoncore.TypeString:
+			rev = domain.Revision(rv.StringValue())
+		default:
+			return m, bad("ring entry")
+		}
+		m.Recent = append(m.Recent, domain.AppliedEntry{ID: id, Revision: rev})
+	}
+	return m, nil
+}
 
 // encoder turns client documents into stored documents.
 type encoder struct {
 	hidden string
 	store  string
+	// reserve is metaOverhead(hidden, ring) (0: computed for the default
+	// ring on use; tests build encoders without it).
+	reserve int
+}
+
+func (e *encoder) metaReserve() int {
+	if e.reserve == 0 {
+		e.reserve = metaOverhead(e.hidden, domain.DefaultAppliedRing)
+	}
+	return e.reserve
+}
+
+// body is a validated client document, ready to be stored with any
+// revision and mark (assemble).
+type body struct {
+	id      bsoncore.Value // the key's _id value
+	fields  []byte         // the client's top-level elements other than _id, in order
+	idAdded bool           // the client's document had no _id
+}
+
+// assemble returns the stored document: _id first, the client's other
+// fields, then the hidden field with rev and mark.
+//
+// Replacements are built without _id (withID false): MongoDB then keeps the
+// stored _id exactly as it is (a legacy int32 or double _id stays an int32
+// or a double), and an upsert that creates the record takes _id from the
+// filter's equality on the key. A replacement that carried an _id of
+// another numeric type would be refused by MongoDB (ImmutableField) or, on
+// other servers, rewrite the stored _id.
+func (e *encoder) assemble(b body, withID bool, rev bson.ObjectID, mark domain.AppliedMark) []byte {
+	n := 4 + len(b.fields) + 64
+	if withID {
+		n += 1 + len(idKey) + 1 + len(b.id.Data)
+	}
+	out := make([]byte, 0, n)
+	out = append(out, 0, 0, 0, 0)
+	if withID {
+		out = bsoncore.AppendValueElement(out, idKey, b.id)
+	}
+	out = append(out, b.fields...)
+	out = appendMeta(out, e.hidden, rev, b.idAdded, mark)
+	out = append(out, 0)
+	binary.LittleEndian.PutUint32(out, uint32(len(out)))
+	return out
 }
 
 // storedDocument validates a client document for the record with key k and
 // returns the document to store: _id first (always the key's own value),
 // then the client's other fields in their order, then the hidden field with
-// rev (recording whether the client's document had no _id). With rev nil
-// the hidden field is left out and nothing is built (Validate uses that to
-// check without allocating a revision).
+// rev (recording whether the client's document had no _id) and no mark.
+// With rev nil nothing is built (Validate uses that to check without
+// allocating a revision).
+func (e *encoder) storedDocument(k domain.Key, d domain.Document, rev *bson.ObjectID) ([]byte, error) {
+	b, err := e.body(k, d, rev != nil)
+	if err != nil || rev == nil {
+		return nil, err
+	}
+	return e.assemble(b, true, *rev, domain.AppliedMark{}), nil
+}
+
+// body validates a client document for the record with key k and, when
+// build is set, returns it split for assemble.
 //
 // A client _id must equal the key. For an int64 key, an int32 or integral
 // double _id of the same value is the same key to MongoDB (its _id index
 // compares numbers by value), so it is accepted too: merges of legacy
 // records carry the _id as it is stored. Which numeric type the stored _id
-// has is never changed by a replacement (see withoutID); a new record gets
+// has is never changed by a replacement (see assemble); a new record gets
 // the key's int64.
+//
+// The size check reserves the hidden field with a full applied-mark ring
+// (metaOverhead), so a document accepted here can be written whatever mark
+// the record comes to carry.
 //
 // Messages never quote the client's field names or values (they are client
 // data): they give positions and types.
-func (e *encoder) storedDocument(k domain.Key, d domain.Document, rev *bson.ObjectID) ([]byte, error) {
+func (e *encoder) body(k domain.Key, d domain.Document, build bool) (body, error) {
 	if !domain.IsMediaType(d.ContentType, domain.ContentTypeBSON) {
-		return nil, fmt.Errorf("store %q (MongoDB) accepts only %s documents, got content type %q", e.store, domain.ContentTypeBSON, d.ContentType)
+		return body{}, fmt.Errorf("store %q (MongoDB) accepts only %s documents, got content type %q", e.store, domain.ContentTypeBSON, d.ContentType)
 	}
 	if err := bsonwire.Validate(d.Data); err != nil {
-		return nil, fmt.Errorf("document is not valid BSON: %w", err)
+		return body{}, fmt.Errorf("document is not valid BSON: %w", err)
 	}
 	want, err := keyValue(k)
 	if err != nil {
-		return nil, err
+		return body{}, err
 	}
 	elems, err := bsoncore.Document(d.Data).Elements()
 	if err != nil {
-		return nil, fmt.Errorf("document is not valid BSON: %w", err)
+		return body{}, fmt.Errorf("document is not valid BSON: %w", err)
 	}
 	seen := make(map[string]int, len(elems))
 	idElem := -1
 	for i, el := range elems {
 		key := el.Key()
 		if j, dup := seen[key]; dup {
-			return nil, fmt.Errorf("document's top-level fields %d and %d (counting from 0) have the same name", j, i)
+			return body{}, fmt.Errorf("document's top-level fields %d and %d (counting from 0) have the same name", j, i)
 		}
 		seen[key] = i
 		switch {
 		case key == e.hidden:
-			return nil, fmt.Errorf("document contains the top-level field %q, which Sink reserves for its record metadata (SINK_MONGODB_HIDDEN_FIELD); remove it", key)
+			return body{}, fmt.Errorf("document contains the top-level field %q, which Sink reserves for its record metadata (SINK_MONGODB_HIDDEN_FIELD); remove it", key)
 		case key == idKey:
 			idElem = i
 		case len(key) > 0 && key[0] == '$':
-			return nil, fmt.Errorf("document's top-level field %d (counting from 0) starts with '$', which MongoDB does not allow in stored field names", i)
+			return body{}, fmt.Errorf("document's top-level field %d (counting from 0) starts with '$', which MongoDB does not allow in stored field names", i)
 		}
 	}
 	if idElem >= 0 {
 		if got := elems[idElem].Value(); !sameKey(got, want) {
-			return nil, fmt.Errorf("document _id (%s) differs from the address key (%s); omit _id or set it to the key", valueKind(got, want), typeName(want.Type))
+			return body{}, fmt.Errorf("document _id (%s) differs from the address key (%s); omit _id or set it to the key", valueKind(got, want), typeName(want.Type))
 		}
 	}
 	idSize := 1 + len(idKey) + 1 + len(want.Data)
-	size := len(d.Data) + idSize + metaOverhead(e.hidden)
+	size := len(d.Data) + idSize + e.metaReserve()
 	if idElem >= 0 {
 		size -= len(elems[idElem])
 	}
 	if size > MaxDocumentBytes {
-		return nil, fmt.Errorf("document would be %d bytes when stored (with _id and the %q field); MongoDB's limit is %d bytes", size, e.hidden, MaxDocumentBytes)
+		return body{}, fmt.Errorf("document would be %d bytes when stored (with _id and the %q field, which reserves room for the applied-mark ring); MongoDB's limit is %d bytes", size, e.hidden, MaxDocumentBytes)
 	}
-	if rev == nil {
-		return nil, nil
+	if !build {
+		return body{}, nil
 	}
-	out := make([]byte, 0, size)
-	out = append(out, 0, 0, 0, 0)
-	out = bsoncore.AppendValueElement(out, idKey, want)
+	b := body{id: want, idAdded: idElem < 0}
+	if idElem < 0 {
+		b.fields = d.Data[4 : len(d.Data)-1]
+		return b, nil
+	}
+	b.fields = make([]byte, 0, len(d.Data))
 	for i, el := range elems {
 		if i != idElem {
-			out = append(out, el...)
+			b.fields = append(b.fields, el...)
 		}
 	}
-	out = appendMeta(out, e.hidden, *rev, idElem < 0)
-	out = append(out, 0)
-	binary.LittleEndian.PutUint32(out, uint32(len(out)))
-	return out, nil
+	return b, nil
 }
 
 // sameKey reports whether a document's _id names the record of the key
@@ -263,32 +434,22 @@ func sameKey(got, want bsoncore.Value) bool {
 	return false
 }
 
-// withoutID turns a document built by storedDocument (its first element is
-// _id) into the same document without _id, in place, and returns it; the
-// input must not be used afterwards.
-//
-// Replacements are sent without _id: MongoDB then keeps the stored _id
-// exactly as it is (a legacy int32 or double _id stays an int32 or a
-// double), and an upsert that creates the record takes _id from the
-// filter's equality on the key. A replacement that carried an _id of
-// another numeric type would be refused by MongoDB (ImmutableField) or, on
-// other servers, rewrite the stored _id.
-func withoutID(doc []byte) []byte {
-	idLen := len(bsoncore.Document(doc).Index(0))
-	rest := doc[idLen:]
-	binary.LittleEndian.PutUint32(rest, uint32(len(rest)))
-	return rest
+// clientDocument splits a stored document into the document returned to
+// clients and its revision (see clientRecord).
+func (e *encoder) clientDocument(raw []byte) (domain.Document, domain.Revision, error) {
+	r, err := e.clientRecord(raw)
+	return r.Document, r.Revision, err
 }
 
-// clientDocument splits a stored document into the document returned to
-// clients and its revision. The client document is the stored one without
-// the hidden field, and without _id when Sink added it; every other byte is
-// as stored.
-func (e *encoder) clientDocument(raw []byte) (domain.Document, domain.Revision, error) {
+// clientRecord splits a stored document into the record returned to
+// clients: the document is the stored one without the hidden field, and
+// without _id when Sink added it (every other byte is as stored); the
+// revision and applied mark come from the hidden field.
+func (e *encoder) clientRecord(raw []byte) (domain.Record, error) {
 	doc := bsoncore.Document(raw)
 	elems, err := doc.Elements()
 	if err != nil {
-		return domain.Document{}, "", fmt.Errorf("stored document is not valid BSON: %w", err)
+		return domain.Record{}, fmt.Errorf("stored document is not valid BSON: %w", err)
 	}
 	hidden := -1
 	for i, el := range elems {
@@ -298,14 +459,19 @@ func (e *encoder) clientDocument(raw []byte) (domain.Document, domain.Revision, 
 		}
 	}
 	if hidden < 0 {
-		return domain.Document{ContentType: domain.ContentTypeBSON, Data: bytes.Clone(raw)}, LegacyRevision, nil
+		return domain.Record{Document: domain.Document{ContentType: domain.ContentTypeBSON, Data: bytes.Clone(raw)}, Revision: LegacyRevision}, nil
 	}
-	rev, err := e.revisionOf(elems[hidden].Value())
+	meta := elems[hidden].Value()
+	rev, err := e.revisionOf(meta)
 	if err != nil {
-		return domain.Document{}, "", err
+		return domain.Record{}, err
+	}
+	mark, err := e.markOf(meta.Document())
+	if err != nil {
+		return domain.Record{}, err
 	}
 	idAdded := false
-	if v, err := elems[hidden].Value().Document().LookupErr(metaIDAdded); err == nil {
+	if v, err := meta.Document().LookupErr(metaIDAdded); err == nil {
 		idAdded, _ = v.BooleanOK()
 	}
 	out := make([]byte, 0, len(raw)-len(elems[hidden]))
@@ -317,7 +483,7 @@ func (e *encoder) clientDocument(raw []byte) (domain.Document, domain.Revision, 
 	}
 	out = append(out, 0)
 	binary.LittleEndian.PutUint32(out, uint32(len(out)))
-	return domain.Document{ContentType: domain.ContentTypeBSON, Data: out}, revisionToken(rev), nil
+	return domain.Record{Document: domain.Document{ContentType: domain.ContentTypeBSON, Data: out}, Revision: revisionToken(rev), Mark: mark}, nil
 }
 
 // revisionOf reads the revision from the hidden field's value.

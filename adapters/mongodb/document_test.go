@@ -222,20 +222,20 @@ func TestWithoutID(t *testing.T) {
 	e := encoder{hidden: "__sink", store: "primary"}
 	for _, k := range []domain.Key{domain.StringKey("k1"), domain.Int64Key(42), domain.BytesKey([]byte{1, 2}), domain.ObjectIDKey(make([]byte, 12))} {
 		rev := newRevision()
-		full, err := e.storedDocument(k, domain.Document{ContentType: domain.ContentTypeBSON, Data: marshal(t, bson.D{{Key: "a", Value: 1}})}, &rev)
+		b, err := e.body(k, domain.Document{ContentType: domain.ContentTypeBSON, Data: marshal(t, bson.D{{Key: "a", Value: 1}})}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := append([]byte(nil), full...)
-		idLen := len(bsoncore.Document(want).Index(0))
-		repl := withoutID(full)
+		full := e.assemble(b, true, rev, domain.AppliedMark{})
+		idLen := len(bsoncore.Document(full).Index(0))
+		repl := e.assemble(b, false, rev, domain.AppliedMark{})
 		if err := bsonwire.Validate(repl); err != nil {
 			t.Fatalf("%v: replacement is invalid: %v", k, err)
 		}
 		if got := keys(t, repl); strings.Join(got, ",") != "a,__sink" {
 			t.Fatalf("%v: replacement fields %v", k, got)
 		}
-		if !bytes.Equal(repl[4:], want[4+idLen:]) {
+		if !bytes.Equal(repl[4:], full[4+idLen:]) {
 			t.Fatalf("%v: replacement body differs", k)
 		}
 	}

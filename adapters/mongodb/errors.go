@@ -74,6 +74,19 @@ var (
 //   - invalid documents and names: CodeInvalidArgument, never retried.
 //   - authentication and authorization: CodeUnauthenticated / CodePermissionDenied.
 //   - anything else: CodeInternal, not retried.
+//
+// classifyRead is classify for a read: a read has no effect, so a timeout
+// is not an unknown outcome but a transient failure (CodeUnavailable,
+// retryable), and a merge whose read timed out may be retried.
+func classifyRead(err error) *domain.Error {
+	e := classify(err)
+	if e != nil && e.Code == domain.CodeOutcomeUnknown {
+		return &domain.Error{Code: domain.CodeUnavailable, Retryable: true,
+			Message: "MongoDB read timed out: " + errorText(err), Cause: err}
+	}
+	return e
+}
+
 func classify(err error) *domain.Error {
 	if err == nil {
 		return nil

@@ -222,3 +222,28 @@ func TestClassifyWrite(t *testing.T) {
 		t.Errorf("read with a network error: %s", got.Code)
 	}
 }
+
+// A read has no effect: its timeouts are transient failures, not unknown
+// outcomes (a merge whose read timed out during a database stall was
+// dead-lettered as if its write might have happened). Other classes are
+// those of classify.
+func TestClassifyRead(t *testing.T) {
+	for name, err := range map[string]error{
+		"deadline":        fmt.Errorf("cannot read from x: %w", context.DeadlineExceeded),
+		"maxTimeMS":       mongo.CommandError{Code: 50, Message: "operation exceeded time limit"},
+		"handshake timed": fmt.Errorf("connection() error occurred during connection handshake: %w", context.DeadlineExceeded),
+	} {
+		if w := classify(err); w.Code != domain.CodeOutcomeUnknown {
+			t.Fatalf("%s: classify gives %v; the case does not test a timeout", name, w.Code)
+		}
+		e := classifyRead(err)
+		if e.Code != domain.CodeUnavailable || !e.Retryable || !strings.Contains(e.Message, "read timed out") {
+			t.Errorf("%s: classifyRead = %v retryable=%v %q, want UNAVAILABLE, retryable", name, e.Code, e.Retryable, e.Message)
+		}
+	}
+	for _, err := range []error{context.Canceled, mongo.CommandError{Code: 11000}, errors.New("boom")} {
+		if got, want := classifyRead(err), classify(err); got.Code != want.Code || got.Retryable != want.Retryable {
+			t.Errorf("%v: classifyRead %v/%v, classify %v/%v", err, got.Code, got.Retryable, want.Code, want.Retryable)
+		}
+	}
+}

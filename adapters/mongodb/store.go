@@ -15,9 +15,12 @@
 //     out again: a client reads back exactly the bytes it wrote. A client _id
 //     that is not first is moved first (MongoDB keeps _id first).
 //   - The hidden field (SINK_MONGODB_HIDDEN_FIELD, default "__sink") holds
-//     {"v": 1, "rev": ObjectID[, "idAdded": true]}. It is added the first
-//     time Sink writes a record; a record without it is a legacy record and
-//     reads with the revision LegacyRevision.
+//     {"v": 1, "rev": ObjectID[, "idAdded": true][, "m": applied mark]}. It
+//     is added the first time Sink writes a record; a record without it is a
+//     legacy record and reads with the revision LegacyRevision. The applied
+//     mark ({"l": log, "p": partition, "o": offset, "r": [{"i": mutation
+//     id, "v": revision}, ...]}) is added by the first write that carries
+//     one (ports.WriteOp.Mark) and kept by every later put.
 package mongodb
 
 import (
@@ -76,6 +79,12 @@ type Options struct {
 	// BulkConcurrency is how many bulk writes of one call run at once
 	// (default DefaultBulkConcurrency).
 	BulkConcurrency int
+	// MarkRing is the most mutation IDs a record's applied mark keeps
+	// (default domain.DefaultAppliedRing, at most domain.MaxAppliedRing). Room
+	// for a full ring of IDs of domain.MaxMutationIDBytes is reserved in
+	// every document's size limit, so a document Validate accepts can always
+	// be written; a write's MarkUpdate.Keep above it is lowered to it.
+	MarkRing int
 }
 
 // Store is the MongoDB ports.Storage. It is safe for concurrent use and
@@ -89,6 +98,8 @@ type Store struct {
 	// bulkChunk is the most operations per bulk write, bulkConcurrency the
 	// bulk writes of one call that run at once.
 	bulkChunk, bulkConcurrency int
+	// markRing is Options.MarkRing.
+	markRing int
 
 	// untrustedUpdateBulks is set once the server answered an update bulk
 	// in a way that does not attribute results to operations (FerretDB).
@@ -122,13 +133,20 @@ func New(client *mongo.Client, opts Options) (*Store, error) {
 	if opts.BulkConcurrency <= 0 {
 		opts.BulkConcurrency = DefaultBulkConcurrency
 	}
+	if opts.MarkRing <= 0 {
+		opts.MarkRing = domain.DefaultAppliedRing
+	}
+	if opts.MarkRing > domain.MaxAppliedRing {
+		return nil, fmt.Errorf("cannot create the MongoDB store: the applied-mark ring size %d is above the maximum %d", opts.MarkRing, domain.MaxAppliedRing)
+	}
 	m, err := newMapper(opts.Bindings)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the MongoDB store: %w", err)
 	}
 	return &Store{
 		client:          client,
-		enc:             encoder{hidden: opts.HiddenField, store: opts.Store},
+		enc:             encoder{hidden: opts.HiddenField, store: opts.Store, reserve: metaOverhead(opts.HiddenField, opts.MarkRing)},
+		markRing:        opts.MarkRing,
 		names:           m,
 		limit:           opts.MaxConcurrency,
 		bulkChunk:       opts.BulkChunk,
@@ -150,6 +168,13 @@ func containsAny(s, chars string) bool {
 
 // HiddenField returns the name of the hidden metadata field.
 func (s *Store) HiddenField() string { return s.enc.hidden }
+
+// ReservedBytes is the room every document's size check reserves for the
+// hidden field with a full applied-mark ring (Options.MarkRing IDs of
+// domain.MaxMutationIDBytes and a log identity of domain.MaxLogBytes): a client
+// document (without _id) fits when it has at most MaxDocumentBytes minus
+// this minus the _id's size.
+func (s *Store) ReservedBytes() int { return s.enc.reserve }
 
 func (s *Store) collection(t target) *mongo.Collection {
 	s.mu.RLock()
@@ -200,12 +225,32 @@ func (s *Store) Validate(op ports.WriteOp) error {
 	}
 	switch op.Kind {
 	case ports.WritePut:
-		if _, err := s.enc.storedDocument(op.Address.Key, op.Document, nil); err != nil {
+		if _, err := s.enc.body(op.Address.Key, op.Document, false); err != nil {
 			return invalidArg("%v", err)
 		}
 	case ports.WriteDelete:
 	default:
 		return invalidArg("unknown write kind %d", op.Kind)
+	}
+	return validMark(op.Mark)
+}
+
+// validMark checks a write's mark update against the limits the stored
+// mark's reserved room assumes.
+func validMark(m *ports.MarkUpdate) error {
+	if m == nil {
+		return nil
+	}
+	if len(m.IDs) == 0 {
+		return invalidArg("an applied-mark update names no mutation")
+	}
+	for i, id := range m.IDs {
+		if id == "" || len(id) > domain.MaxMutationIDBytes {
+			return invalidArg("mutation ID %d of the applied-mark update is %d bytes, want 1 to %d", i, len(id), domain.MaxMutationIDBytes)
+		}
+	}
+	if len(m.Position.Log) > domain.MaxLogBytes {
+		return invalidArg("the log identity of the applied-mark update is %d bytes, at most %d are allowed", len(m.Position.Log), domain.MaxLogBytes)
 	}
 	return nil
 }
@@ -264,7 +309,7 @@ func (s *Store) readCollection(ctx context.Context, t target, addrs []domain.Add
 		AppendDocument(idKey, bsoncore.NewDocumentBuilder().AppendArray("$in", ids.Build()).Build()).
 		Build()
 	fail := func(err error) {
-		e := classify(fmt.Errorf("cannot read from %s: %w", t, err))
+		e := classifyRead(fmt.Errorf("cannot read from %s: %w", t, err))
 		for _, i := range idx {
 			out[i] = ports.ReadResult{Err: e}
 		}
@@ -289,17 +334,18 @@ func (s *Store) readCollection(ctx context.Context, t target, addrs []domain.Add
 		if !ok {
 			continue
 		}
-		doc, rev, derr := s.enc.clientDocument(raw)
-		for _, i := range targets {
+		rec, derr := s.enc.clientRecord(raw)
+		for k, i := range targets {
 			if derr != nil {
 				out[i] = ports.ReadResult{Err: domain.Errorf(domain.CodeInternal, "cannot read %s: %v", addrs[i], derr)}
 				continue
 			}
-			d := doc
-			if len(targets) > 1 {
-				d.Data = append([]byte(nil), doc.Data...)
+			r := rec
+			if k > 0 {
+				r.Document.Data = append([]byte(nil), rec.Document.Data...)
+				r.Mark.Recent = append([]domain.AppliedEntry(nil), rec.Mark.Recent...)
 			}
-			out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: d, Revision: rev}}
+			out[i] = ports.ReadResult{Found: true, Record: r}
 		}
 		delete(want, id)
 	}
@@ -336,5 +382,4 @@ func parallel(limit, n int, fn func(i int)) {
 var (
 	unorderedBulk = options.BulkWrite().SetOrdered(false)
 	upsert        = options.Replace().SetUpsert(true)
-	idOnly        = options.FindOne().SetProjection(bson.D{{Key: idKey, Value: 1}})
 )

@@ -112,10 +112,53 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: Write error %v, want INVALID_ARGUMENT", c.name, r.Err)
 		}
 	}
-	// The largest document MongoDB can hold with Sink's additions passes.
-	fits := bsonDoc(t, bson.D{{Key: "b", Value: bson.Binary{Data: big[:mongodb.MaxDocumentBytes-100]}}})
+	// The largest document MongoDB can hold with Sink's additions, a full
+	// applied-mark ring included, passes; one byte more does not. (The
+	// document {b: binary} has 13 bytes around the binary, the _id "o1" 12.)
+	largest := mongodb.MaxDocumentBytes - 13 - 12 - s.ReservedBytes()
+	fits := bsonDoc(t, bson.D{{Key: "b", Value: bson.Binary{Data: big[:largest]}}})
 	if err := s.Validate(putOf(a, fits)); err != nil {
-		t.Fatalf("a document just below the limit: %v", err)
+		t.Fatalf("the largest document: %v", err)
+	}
+	over := bsonDoc(t, bson.D{{Key: "b", Value: bson.Binary{Data: big[:largest+1]}}})
+	if err := s.Validate(putOf(a, over)); domain.CodeOf(err) != domain.CodeInvalidArgument {
+		t.Fatalf("one byte over the largest document: %v", err)
+	}
+	// The reserve covers the configured ring: 32 IDs by default, more
+	// with a larger ring, which then refuses the same document.
+	if r := s.ReservedBytes(); r < domain.DefaultAppliedRing*domain.MaxMutationIDBytes || r > 2*domain.DefaultAppliedRing*domain.MaxMutationIDBytes {
+		t.Fatalf("reserved %d bytes for a ring of %d", r, domain.DefaultAppliedRing)
+	}
+	wide := newStore(t, offlineClient(t), mongodb.Options{MarkRing: domain.MaxAppliedRing})
+	if wide.ReservedBytes() < domain.MaxAppliedRing*domain.MaxMutationIDBytes {
+		t.Fatalf("reserved %d bytes for a ring of %d", wide.ReservedBytes(), domain.MaxAppliedRing)
+	}
+	if err := wide.Validate(putOf(a, fits)); domain.CodeOf(err) != domain.CodeInvalidArgument {
+		t.Fatalf("a store with a larger ring accepted a document without room for it: %v", err)
+	}
+	if _, err := mongodb.New(offlineClient(t), mongodb.Options{MarkRing: domain.MaxAppliedRing + 1}); err == nil {
+		t.Fatal("a ring above domain.MaxAppliedRing was accepted")
+	}
+	// Mark updates beyond the reserved room are refused.
+	for name, m := range map[string]*ports.MarkUpdate{
+		"long mutation ID":  {IDs: []string{strings.Repeat("i", domain.MaxMutationIDBytes+1)}, Keep: 4},
+		"empty mutation ID": {IDs: []string{""}, Keep: 4},
+		"no mutation ID":    {Keep: 4},
+		"long log identity": {IDs: []string{"m"}, Position: domain.SourcePosition{Log: strings.Repeat("l", domain.MaxLogBytes+1)}, Keep: 4},
+	} {
+		op := putOf(a, bsonDoc(t, bson.D{}))
+		op.Mark = m
+		if err := s.Validate(op); domain.CodeOf(err) != domain.CodeInvalidArgument {
+			t.Errorf("%s: Validate %v, want INVALID_ARGUMENT", name, err)
+		}
+		if r := s.Write(t.Context(), []ports.WriteOp{op})[0]; domain.CodeOf(r.Err) != domain.CodeInvalidArgument {
+			t.Errorf("%s: Write %v, want INVALID_ARGUMENT", name, r.Err)
+		}
+	}
+	longest := putOf(a, bsonDoc(t, bson.D{}))
+	longest.Mark = &ports.MarkUpdate{IDs: []string{strings.Repeat("i", domain.MaxMutationIDBytes)}, Position: domain.SourcePosition{Log: strings.Repeat("l", domain.MaxLogBytes)}, Keep: 4}
+	if err := s.Validate(longest); err != nil {
+		t.Fatalf("the longest mutation ID and log identity: %v", err)
 	}
 	// Reads validate names too.
 	r := s.Read(t.Context(), []domain.Address{addr("a.b", "c", domain.StringKey("k"))})[0]

@@ -7,6 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/sink-io/sink/domain"
@@ -19,9 +20,29 @@ type item struct {
 	op   *ports.WriteOp
 	t    target
 	id   bsoncore.Value // the _id
-	doc  []byte         // stored document (puts)
+	body body           // the client's document, split (puts)
+	doc  []byte         // stored document of a put without a mark (with _id for creates)
 	rev  bson.ObjectID  // the revision the put writes
 	bulk bool           // goes into the per-collection bulk write
+	// Writes with a mark: the ring size, and whether the record existed
+	// when the current attempt read it.
+	keep    int
+	existed bool
+}
+
+// marked reports whether the item goes through the read-check-write path
+// of writes with a mark (markedChunk); revision-conditional writes with a
+// Base mark do not need the read (singleBase).
+func (it *item) marked() bool {
+	return it.op.Mark != nil && (it.op.Condition.Kind != ports.ConditionRevision || it.op.Mark.Base == nil)
+}
+
+// size estimates the bytes the item adds to a bulk command.
+func (it *item) size(reserve int) int {
+	if it.doc != nil {
+		return len(it.doc)
+	}
+	return len(it.body.fields) + reserve
 }
 
 func (it *item) upsert() bool {
@@ -46,18 +67,24 @@ func (s *Store) prepare(i int, op *ports.WriteOp) (*item, error) {
 	if err != nil {
 		return nil, invalidArg("%v", err)
 	}
+	if err := validMark(op.Mark); err != nil {
+		return nil, err
+	}
 	it := &item{i: i, op: op, t: t, id: id}
+	if op.Mark != nil {
+		it.keep = min(op.Mark.Keep, s.markRing)
+	}
 	switch op.Kind {
 	case ports.WritePut:
 		it.rev = newRevision()
-		if it.doc, err = s.enc.storedDocument(op.Address.Key, op.Document, &it.rev); err != nil {
+		if it.body, err = s.enc.body(op.Address.Key, op.Document, true); err != nil {
 			return nil, invalidArg("%v", err)
 		}
-		if op.Condition.Kind != ports.ConditionAbsent {
-			// Replacements keep the stored _id as it is (see withoutID).
-			it.doc = withoutID(it.doc)
+		if op.Mark == nil {
+			// Replacements keep the stored _id as it is (see assemble).
+			it.doc = s.enc.assemble(it.body, op.Condition.Kind == ports.ConditionAbsent, it.rev, domain.AppliedMark{})
 		}
-		it.bulk = op.Condition.Kind == ports.ConditionNone || op.Condition.Kind == ports.ConditionAbsent
+		it.bulk = op.Mark == nil && (op.Condition.Kind == ports.ConditionNone || op.Condition.Kind == ports.ConditionAbsent)
 	case ports.WriteDelete:
 	default:
 		return nil, invalidArg("unknown write kind %d", op.Kind)
@@ -73,10 +100,17 @@ func (s *Store) prepare(i int, op *ports.WriteOp) (*item, error) {
 // Write implements ports.Storage. The operations are split into dependency
 // waves (domain.Waves) that run one after the other, so operations on the
 // same record take effect in slice order. Within a wave:
-//   - unconditional puts (upserts) and creates go to unordered bulk writes,
-//     one per collection and BulkChunk operations (BulkConcurrency of them
-//     at once), and each operation's result is recovered from the bulk
-//     result and error;
+//   - unconditional puts (upserts) and creates without a mark go to
+//     unordered bulk writes, one per collection and BulkChunk operations
+//     (BulkConcurrency of them at once), and each operation's result is
+//     recovered from the bulk result and error. Upserts match only records
+//     without an applied mark; one that meets a record with a mark (a
+//     duplicate key) is redone on its own, carrying the mark over
+//     (putKeepingMark);
+//   - writes with a mark (other than revision-conditional ones with a Base)
+//     read the chunk's hidden fields with one query, check the marks, and
+//     write with one unordered bulk write conditional on what was read
+//     (markedChunk);
 //   - replaces, revision-conditional writes and deletes run as individual
 //     ReplaceOne/DeleteOne calls with the condition in the filter, at most
 //     MaxConcurrency at once.
@@ -104,31 +138,41 @@ func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteRes
 // applyWave applies operations on distinct records.
 func (s *Store) applyWave(ctx context.Context, wave []*item, out []ports.WriteResult) {
 	var tasks []func()
-	bulks := map[target][]*item{}
-	var order []target
+	type group struct {
+		t      target
+		marked bool
+	}
+	bulks := map[group][]*item{}
+	var order []group
 	serialUpserts := s.untrustedUpdateBulks.Load()
 	for _, it := range wave {
-		if !it.bulk || (serialUpserts && it.upsert()) {
+		marked := it.marked()
+		if !marked && (!it.bulk || (serialUpserts && it.upsert())) {
 			tasks = append(tasks, func() { out[it.i] = s.single(ctx, it) })
 			continue
 		}
-		if _, ok := bulks[it.t]; !ok {
-			order = append(order, it.t)
+		g := group{it.t, marked}
+		if _, ok := bulks[g]; !ok {
+			order = append(order, g)
 		}
-		bulks[it.t] = append(bulks[it.t], it)
+		bulks[g] = append(bulks[g], it)
 	}
 	var chunks []func()
-	for _, t := range order {
-		items := bulks[t]
+	for _, g := range order {
+		items := bulks[g]
 		for len(items) > 0 {
 			n, size := 0, 0
-			for n < len(items) && n < s.bulkChunk && (n == 0 || size+len(items[n].doc) <= maxBulkBytes) {
-				size += len(items[n].doc)
+			for n < len(items) && n < s.bulkChunk && (n == 0 || size+items[n].size(s.enc.reserve) <= maxBulkBytes) {
+				size += items[n].size(s.enc.reserve)
 				n++
 			}
 			chunk := items[:n]
 			items = items[n:]
-			chunks = append(chunks, func() { s.bulkWrite(ctx, t, chunk, out) })
+			if g.marked {
+				chunks = append(chunks, func() { s.markedChunk(ctx, g.t, chunk, out) })
+			} else {
+				chunks = append(chunks, func() { s.bulkWrite(ctx, g.t, chunk, out) })
+			}
 		}
 	}
 	if len(chunks) > 0 {
@@ -195,7 +239,7 @@ func (s *Store) bulkCommand(ctx context.Context, t target, items []*item, out []
 	models := make([]mongo.WriteModel, len(items))
 	for j, it := range items {
 		if it.upsert() {
-			models[j] = mongo.NewReplaceOneModel().SetFilter(idFilter(it.id)).SetReplacement(bson.Raw(it.doc)).SetUpsert(true)
+			models[j] = mongo.NewReplaceOneModel().SetFilter(s.noMarkFilter(it.id)).SetReplacement(bson.Raw(it.doc)).SetUpsert(true)
 		} else {
 			models[j] = mongo.NewInsertOneModel().SetDocument(bson.Raw(it.doc))
 		}
@@ -236,7 +280,8 @@ func (s *Store) bulkCommand(ctx context.Context, t target, items []*item, out []
 		case !trusted:
 			unsure = append(unsure, it)
 		case isErr && it.upsert() && mongo.IsDuplicateKeyError(we):
-			// A concurrent upsert created the record first; replace it now.
+			// The record has an applied mark (the filter excluded it), or
+			// a concurrent upsert created it first: replace it on its own.
 			again = append(again, it)
 		case isErr:
 			out[it.i].Err = s.writeError(it, we)
@@ -260,7 +305,20 @@ func (s *Store) bulkCommand(ctx context.Context, t target, items []*item, out []
 		}
 		again = append(again, retry...)
 	}
-	s.parallel(len(again), func(k int) { out[again[k].i] = s.single(ctx, again[k]) })
+	// Upserts that met a record with a mark (or a concurrent create) carry
+	// the mark over, in one read and one bulk write (markedChunk).
+	var carry, single []*item
+	for _, it := range again {
+		if it.upsert() {
+			carry = append(carry, it)
+		} else {
+			single = append(single, it)
+		}
+	}
+	if len(carry) > 0 {
+		s.markedChunk(ctx, t, carry, out)
+	}
+	s.parallel(len(single), func(k int) { out[single[k].i] = s.single(ctx, single[k]) })
 }
 
 // resolve looks up operations whose outcome a bulk result left open: those
@@ -325,44 +383,39 @@ func (s *Store) writeError(it *item, err error) *domain.Error {
 }
 
 // single runs one operation on its own: a replace, a revision-conditional
-// write, a delete, or an upsert or create whose bulk outcome was unclear.
+// write, a delete, an upsert or create whose bulk outcome was unclear, or a
+// revision-conditional write with a mark and its Base.
 func (s *Store) single(ctx context.Context, it *item) ports.WriteResult {
 	coll := s.collection(it.t)
 	op := it.op
-	filter := idFilter(it.id)
 	switch {
-	case op.Kind == ports.WritePut && op.Condition.Kind == ports.ConditionNone:
-		return s.singleUpsert(ctx, coll, it)
+	case op.Mark != nil:
+		return s.singleBase(ctx, coll, it)
 	case op.Kind == ports.WritePut && op.Condition.Kind == ports.ConditionAbsent:
 		if _, err := coll.InsertOne(ctx, bson.Raw(it.doc)); err != nil {
 			return ports.WriteResult{Err: s.writeError(it, err)}
 		}
 		return it.success(false)
-	case op.Condition.Kind == ports.ConditionAbsent: // delete of a record that must not exist
+	case op.Kind == ports.WritePut:
+		return s.putKeepingMark(ctx, coll, it)
+	}
+	// A delete.
+	filter := idFilter(it.id)
+	switch op.Condition.Kind {
+	case ports.ConditionAbsent: // delete of a record that must not exist
 		return s.conditionFailed(ctx, it)
-	case op.Condition.Kind == ports.ConditionRevision:
+	case ports.ConditionRevision:
 		var ok bool
 		if filter, ok = s.revisionFilter(it.id, op.Condition.Revision); !ok {
 			// A token this adapter never issued matches no record.
 			return s.conditionFailed(ctx, it)
 		}
 	}
-	var matched int64
-	switch op.Kind {
-	case ports.WritePut:
-		res, err := coll.ReplaceOne(ctx, filter, bson.Raw(it.doc))
-		if err != nil {
-			return ports.WriteResult{Err: s.writeError(it, err)}
-		}
-		matched = res.MatchedCount
-	case ports.WriteDelete:
-		res, err := coll.DeleteOne(ctx, filter)
-		if err != nil {
-			return ports.WriteResult{Err: s.writeError(it, err)}
-		}
-		matched = res.DeletedCount
+	res, err := coll.DeleteOne(ctx, filter)
+	if err != nil {
+		return ports.WriteResult{Err: s.writeError(it, err)}
 	}
-	if matched > 0 {
+	if res.DeletedCount > 0 {
 		return it.success(true)
 	}
 	switch op.Condition.Kind {
@@ -374,18 +427,422 @@ func (s *Store) single(ctx context.Context, it *item) ports.WriteResult {
 	return s.conditionFailed(ctx, it)
 }
 
-// singleUpsert replaces or creates one record. Two concurrent upserts of a
-// new record can collide on _id; the loser then replaces the winner's.
-func (s *Store) singleUpsert(ctx context.Context, coll *mongo.Collection, it *item) ports.WriteResult {
-	for attempt := 1; ; attempt++ {
-		res, err := coll.ReplaceOne(ctx, idFilter(it.id), bson.Raw(it.doc), upsert)
-		if err == nil {
-			return it.success(res.UpsertedCount == 0)
+// maxMarkAttempts bounds the attempts of a write that reads the record's
+// hidden field and then writes conditional on it, when concurrent writes
+// keep changing the record in between.
+const maxMarkAttempts = 8
+
+// aborted is the result of a write whose attempts ran out (retryable).
+func aborted(it *item) ports.WriteResult {
+	return ports.WriteResult{Err: domain.Errorf(domain.CodeAborted,
+		"cannot write %s: the record kept changing concurrently (%d attempts to read its applied mark and write conditionally on it); retry", it.op.Address, maxMarkAttempts)}
+}
+
+// putKeepingMark runs a put without a mark (upsert, replace or
+// revision-conditional) and keeps the record's applied mark. Most records
+// have none, so the put first replaces (or creates) the record only while
+// it has no mark: one round trip. Otherwise it reads the record's hidden
+// field and replaces the record conditional on the revision it read,
+// carrying the mark over; a concurrent change makes it start again, a
+// bounded number of times.
+func (s *Store) putKeepingMark(ctx context.Context, coll *mongo.Collection, it *item) ports.WriteResult {
+	op := it.op
+	for range maxMarkAttempts {
+		filter := s.noMarkFilter(it.id)
+		if op.Condition.Kind == ports.ConditionRevision {
+			var ok bool
+			if filter, ok = s.revisionFilter(it.id, op.Condition.Revision); !ok {
+				return s.conditionFailed(ctx, it)
+			}
+			filter = s.andNoMark(filter)
 		}
-		if !mongo.IsDuplicateKeyError(err) || attempt == 3 {
+		var res *mongo.UpdateResult
+		var err error
+		if op.Condition.Kind == ports.ConditionNone {
+			res, err = coll.ReplaceOne(ctx, filter, bson.Raw(it.doc), upsert)
+		} else {
+			res, err = coll.ReplaceOne(ctx, filter, bson.Raw(it.doc))
+		}
+		switch {
+		case err == nil && res.MatchedCount+res.UpsertedCount > 0:
+			return it.success(res.UpsertedCount == 0)
+		case err != nil && !mongo.IsDuplicateKeyError(err):
 			return ports.WriteResult{Err: s.writeError(it, err)}
 		}
+		// The record has a mark (or was created or deleted meanwhile).
+		st, err := s.readState(ctx, coll, it)
+		if err != nil {
+			return ports.WriteResult{Err: err}
+		}
+		switch {
+		case !st.exists && op.Condition.Kind == ports.ConditionNone:
+			continue // deleted meanwhile: upsert again
+		case !st.exists:
+			return ports.WriteResult{Err: domain.Errorf(domain.CodeNotFound, "record %s does not exist", op.Address)}
+		case op.Condition.Kind == ports.ConditionRevision && st.revision() != op.Condition.Revision:
+			return ports.WriteResult{Err: domain.Errorf(domain.CodeRevisionMismatch, "record %s does not have the expected revision %s", op.Address, describeRevision(op.Condition.Revision))}
+		case st.legacy || st.mark.IsZero():
+			continue // changed meanwhile
+		}
+		doc := s.enc.assemble(it.body, false, it.rev, st.mark)
+		res, err = coll.ReplaceOne(ctx, s.stateFilter(it.id, st), bson.Raw(doc))
+		if err != nil {
+			return ports.WriteResult{Err: s.writeError(it, err)}
+		}
+		if res.MatchedCount > 0 {
+			return it.success(true)
+		}
 	}
+	return aborted(it)
+}
+
+// singleBase runs a revision-conditional write with a mark and the Base
+// mark the caller read with that revision: the revision pins the mark, so
+// the coverage check uses Base and the write stores Base advanced, with the
+// revision in the filter. When the revision no longer matches,
+// conditionFailed checks the current mark first (a retried write whose
+// first attempt succeeded is ALREADY_APPLIED, not a mismatch).
+func (s *Store) singleBase(ctx context.Context, coll *mongo.Collection, it *item) ports.WriteResult {
+	op := it.op
+	if r := covered(op, *op.Mark.Base); r != nil {
+		return *r
+	}
+	filter, ok := s.revisionFilter(it.id, op.Condition.Revision)
+	if !ok {
+		return s.conditionFailed(ctx, it)
+	}
+	var matched int64
+	if op.Kind == ports.WritePut {
+		mark := op.Mark.Base.Advance(op.Mark.IDs, revisionToken(it.rev), op.Mark.Position, it.keep)
+		res, err := coll.ReplaceOne(ctx, filter, bson.Raw(s.enc.assemble(it.body, false, it.rev, mark)))
+		if err != nil {
+			return ports.WriteResult{Err: s.writeError(it, err)}
+		}
+		matched = res.MatchedCount
+	} else {
+		res, err := coll.DeleteOne(ctx, filter)
+		if err != nil {
+			return ports.WriteResult{Err: s.writeError(it, err)}
+		}
+		matched = res.DeletedCount
+	}
+	if matched > 0 {
+		return it.success(true)
+	}
+	return s.conditionFailed(ctx, it)
+}
+
+// covered checks op's mark update against the record's mark (see
+// ports.Storage): the result to return when the write must not happen.
+func covered(op *ports.WriteOp, mark domain.AppliedMark) *ports.WriteResult {
+	for _, id := range op.Mark.IDs {
+		if e, ok := mark.Find(id); ok {
+			return &ports.WriteResult{Revision: e.Revision, Existed: true,
+				Err: domain.Errorf(domain.CodeAlreadyApplied, "mutation %q was already applied to record %s", id, op.Address)}
+		}
+	}
+	if mark.Position.Covers(op.Mark.Position) {
+		return &ports.WriteResult{Existed: true,
+			Err: domain.Errorf(domain.CodeSuperseded, "record %s already has a mutation applied from partition %d at offset %d, at or after this one's offset %d",
+				op.Address, mark.Position.Partition, mark.Position.Offset, op.Mark.Position.Offset)}
+	}
+	return nil
+}
+
+// state is what a write needs to know about a record's hidden field.
+type state struct {
+	exists bool
+	legacy bool // exists without the hidden field
+	rev    bson.ObjectID
+	mark   domain.AppliedMark
+	err    error // the hidden field cannot be read
+}
+
+// revision is the record's revision token.
+func (st state) revision() domain.Revision {
+	if st.legacy {
+		return LegacyRevision
+	}
+	return revisionToken(st.rev)
+}
+
+// stateOf reads a stored document's (or its projection's) hidden field.
+func (s *Store) stateOf(raw []byte) state {
+	st := state{exists: true}
+	meta, err := bsoncore.Document(raw).LookupErr(s.enc.hidden)
+	if err != nil {
+		st.legacy = true
+		return st
+	}
+	if st.rev, st.err = s.enc.revisionOf(meta); st.err != nil {
+		return st
+	}
+	st.mark, st.err = s.enc.markOf(meta.Document())
+	return st
+}
+
+// stateFilter matches the record only while it is as st says: the same
+// revision, or for a legacy record, still without the hidden field.
+func (s *Store) stateFilter(id bsoncore.Value, st state) bson.Raw {
+	b := bsoncore.NewDocumentBuilder().AppendValue(idKey, id)
+	if st.legacy {
+		b.AppendDocument(s.enc.hidden, bsoncore.NewDocumentBuilder().AppendBoolean("$exists", false).Build())
+	} else {
+		b.AppendObjectID(s.enc.hidden+".rev", st.rev)
+	}
+	return bson.Raw(b.Build())
+}
+
+// noMarkFilter matches the record only while it has no applied mark.
+func (s *Store) noMarkFilter(id bsoncore.Value) bson.Raw {
+	return s.andNoMark(idFilter(id))
+}
+
+// andNoMark adds "has no applied mark" to a filter.
+func (s *Store) andNoMark(filter bson.Raw) bson.Raw {
+	els, _ := bsoncore.Document(filter).Elements()
+	b := bsoncore.NewDocumentBuilder()
+	for _, el := range els {
+		b.AppendValue(el.Key(), el.Value())
+	}
+	b.AppendDocument(s.enc.hidden+"."+metaMark, bsoncore.NewDocumentBuilder().AppendBoolean("$exists", false).Build())
+	return bson.Raw(b.Build())
+}
+
+// metaProjection returns only _id and the hidden field.
+func (s *Store) metaProjection() bson.D { return bson.D{{Key: s.enc.hidden, Value: 1}} }
+
+// readState reads one record's hidden field.
+func (s *Store) readState(ctx context.Context, coll *mongo.Collection, it *item) (state, error) {
+	raw, err := coll.FindOne(ctx, idFilter(it.id), options.FindOne().SetProjection(s.metaProjection())).Raw()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return state{}, nil
+	case err != nil:
+		return state{}, classify(fmt.Errorf("cannot read the metadata of %s: %w", it.op.Address, err))
+	}
+	st := s.stateOf(raw)
+	if st.err != nil {
+		return st, domain.Errorf(domain.CodeInternal, "cannot write %s: %v", it.op.Address, st.err)
+	}
+	return st, nil
+}
+
+// readStates reads the hidden fields of the items' records with one query,
+// by the identity keyID gives their keys (absent records are missing).
+func (s *Store) readStates(ctx context.Context, coll *mongo.Collection, items []*item) (map[string]state, error) {
+	ids := bsoncore.NewArrayBuilder()
+	for _, it := range items {
+		ids.AppendValue(it.id)
+	}
+	filter := bsoncore.NewDocumentBuilder().
+		AppendDocument(idKey, bsoncore.NewDocumentBuilder().AppendArray("$in", ids.Build()).Build()).
+		Build()
+	cur, err := coll.Find(ctx, bson.Raw(filter), options.Find().SetProjection(s.metaProjection()))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	states := make(map[string]state, len(items))
+	for cur.Next(ctx) {
+		idv, err := bsoncore.Document(cur.Current).LookupErr(idKey)
+		if err != nil {
+			continue
+		}
+		if id, ok := idOf(idv); ok {
+			states[id] = s.stateOf(cur.Current)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, err
+	}
+	return states, nil
+}
+
+// markedChunk applies writes with a mark to one collection, and upserts
+// without a mark whose bulk write met a record with a mark: it reads the
+// records' hidden fields with one query, checks each write's mark update
+// and condition against what it read (ports.Storage: coverage first), and
+// sends the writes that should happen as one unordered bulk write, each
+// conditional on what was read (the revision, or for legacy records the
+// hidden field's absence; an insert for absent records) and storing the
+// advanced mark (or, without a mark update, the mark read). Writes that met
+// a concurrent change start again, at most maxMarkAttempts times in all.
+func (s *Store) markedChunk(ctx context.Context, t target, items []*item, out []ports.WriteResult) {
+	coll := s.collection(t)
+	pending := items
+	for attempt := 1; len(pending) > 0; attempt++ {
+		if attempt > maxMarkAttempts {
+			for _, it := range pending {
+				out[it.i] = aborted(it)
+			}
+			return
+		}
+		states, err := s.readStates(ctx, coll, pending)
+		if err != nil {
+			// Nothing of these operations was written since their last
+			// definite answer, so a timeout here is a transient failure.
+			e := classifyRead(fmt.Errorf("cannot read the applied marks in %s: %w", t, err))
+			for _, it := range pending {
+				out[it.i].Err = e
+			}
+			return
+		}
+		var writes []*item
+		var models []mongo.WriteModel
+		for _, it := range pending {
+			st := states[keyID(it.op.Address.Key)]
+			m, res, done := s.plan(it, st)
+			if done {
+				out[it.i] = res
+				continue
+			}
+			writes = append(writes, it)
+			models = append(models, m)
+		}
+		if len(models) == 0 {
+			return
+		}
+		pending = s.markedBulk(ctx, coll, t, writes, models, out)
+	}
+}
+
+// plan decides a write with a mark against its record's state: its result
+// (done) or the conditional write to send.
+func (s *Store) plan(it *item, st state) (mongo.WriteModel, ports.WriteResult, bool) {
+	op := it.op
+	fail := func(code domain.Code, format string, args ...any) (mongo.WriteModel, ports.WriteResult, bool) {
+		return nil, ports.WriteResult{Err: domain.Errorf(code, format, args...)}, true
+	}
+	if st.err != nil {
+		return fail(domain.CodeInternal, "cannot write %s: %v", op.Address, st.err)
+	}
+	if st.exists && op.Mark != nil {
+		if r := covered(op, st.mark); r != nil {
+			return nil, *r, true
+		}
+	}
+	switch op.Condition.Kind {
+	case ports.ConditionAbsent:
+		if st.exists {
+			return fail(domain.CodeAlreadyExists, "record %s already exists", op.Address)
+		}
+	case ports.ConditionExists:
+		if !st.exists {
+			return fail(domain.CodeNotFound, "record %s does not exist", op.Address)
+		}
+	case ports.ConditionRevision:
+		if !st.exists {
+			return fail(domain.CodeNotFound, "record %s does not exist (expected revision %s)", op.Address, describeRevision(op.Condition.Revision))
+		}
+		if st.revision() != op.Condition.Revision {
+			return fail(domain.CodeRevisionMismatch, "record %s does not have the expected revision %s", op.Address, describeRevision(op.Condition.Revision))
+		}
+	}
+	it.existed = st.exists
+	if op.Kind == ports.WriteDelete {
+		if !st.exists {
+			return nil, it.success(false), true
+		}
+		return mongo.NewDeleteOneModel().SetFilter(s.stateFilter(it.id, st)), ports.WriteResult{}, false
+	}
+	mark := st.mark // a put without a mark update keeps the mark
+	if op.Mark != nil {
+		mark = st.mark.Advance(op.Mark.IDs, revisionToken(it.rev), op.Mark.Position, it.keep)
+	}
+	if !st.exists {
+		return mongo.NewInsertOneModel().SetDocument(bson.Raw(s.enc.assemble(it.body, true, it.rev, mark))), ports.WriteResult{}, false
+	}
+	return mongo.NewReplaceOneModel().SetFilter(s.stateFilter(it.id, st)).SetReplacement(bson.Raw(s.enc.assemble(it.body, false, it.rev, mark))), ports.WriteResult{}, false
+}
+
+// markedBulk sends the planned writes of markedChunk and returns those that
+// met a concurrent change (a replace or delete that matched nothing, an
+// insert that found the record) to start again. When the counts of the
+// bulk result account for every write without an error, each write's
+// outcome is known; otherwise (a write matched nothing, or the server does
+// not attribute results, as FerretDB v1) the writes are looked up: a put
+// whose revision is stored and a delete whose record is gone took effect,
+// the others start again.
+func (s *Store) markedBulk(ctx context.Context, coll *mongo.Collection, t target, writes []*item, models []mongo.WriteModel, out []ports.WriteResult) []*item {
+	res, err := coll.BulkWrite(ctx, models, unorderedBulk)
+	var bwe mongo.BulkWriteException
+	if err != nil && (!errors.As(err, &bwe) || res == nil) {
+		e := classifyWrite(fmt.Errorf("cannot write to %s: %w", t, err))
+		for _, it := range writes {
+			out[it.i].Err = e
+		}
+		return nil
+	}
+	var wce *domain.Error
+	if bwe.WriteConcernError != nil {
+		wce = classifyWrite(fmt.Errorf("cannot confirm the write to %s: %w", t, mongo.BulkWriteException{WriteConcernError: bwe.WriteConcernError, Labels: bwe.Labels}))
+	}
+	if res == nil {
+		res = &mongo.BulkWriteResult{}
+	}
+	failed := make(map[int]mongo.WriteError, len(bwe.WriteErrors))
+	for _, we := range bwe.WriteErrors {
+		failed[we.Index] = we.WriteError
+	}
+	trusted := wce != nil || res.MatchedCount+res.InsertedCount+res.DeletedCount == int64(len(writes)-len(failed))
+	if !trusted {
+		return s.confirm(ctx, coll, t, writes, failed, out)
+	}
+	var again []*item
+	for j, it := range writes {
+		we, isErr := failed[j]
+		switch {
+		case isErr && mongo.IsDuplicateKeyError(we):
+			again = append(again, it) // created concurrently
+		case isErr:
+			out[it.i].Err = s.writeError(it, we)
+		case wce != nil:
+			out[it.i].Err = wce
+		default:
+			out[it.i] = it.success(it.existed)
+		}
+	}
+	return again
+}
+
+// landed reports whether the mark shows that the put with a mark took
+// effect and was then replaced by a later write (which carried the mark over).
+func landed(it *item, m domain.AppliedMark) bool {
+	if it.op.Mark == nil || len(it.op.Mark.IDs) == 0 {
+		return false
+	}
+	e, ok := m.Find(it.op.Mark.IDs[len(it.op.Mark.IDs)-1])
+	return ok && e.Revision == revisionToken(it.rev)
+}
+
+// confirm looks up the writes of a bulk whose result did not say which of
+// them took effect (see markedBulk) and returns those to start again.
+func (s *Store) confirm(ctx context.Context, coll *mongo.Collection, t target, writes []*item, failed map[int]mongo.WriteError, out []ports.WriteResult) []*item {
+	states, err := s.readStates(ctx, coll, writes)
+	if err != nil {
+		e := &domain.Error{Code: domain.CodeOutcomeUnknown, Cause: err,
+			Message: fmt.Sprintf("cannot tell whether the write to %s took effect: looking it up failed: %s", t, classify(err).Message)}
+		for _, it := range writes {
+			out[it.i].Err = e
+		}
+		return nil
+	}
+	var again []*item
+	for j, it := range writes {
+		st, exists := states[keyID(it.op.Address.Key)]
+		we, isErr := failed[j]
+		switch {
+		case it.op.Kind == ports.WritePut && exists && !st.legacy && (st.rev == it.rev || landed(it, st.mark)),
+			it.op.Kind == ports.WriteDelete && !exists:
+			out[it.i] = it.success(it.existed)
+		case isErr && !mongo.IsDuplicateKeyError(we):
+			out[it.i].Err = s.writeError(it, we)
+		default:
+			again = append(again, it)
+		}
+	}
+	return again
 }
 
 // revisionFilter matches the record only at the given revision. The legacy
@@ -409,12 +866,21 @@ func (s *Store) revisionFilter(id bsoncore.Value, r domain.Revision) (bson.Raw, 
 // matched nothing: the record is missing (CodeNotFound) or has another
 // revision (CodeRevisionMismatch). For a delete with ConditionAbsent it
 // applies the condition itself.
+//
+// For a write with a mark, the record's current mark is checked first, as
+// ports.Storage requires: a retried write whose first attempt changed the
+// revision is ALREADY_APPLIED, not a mismatch.
 func (s *Store) conditionFailed(ctx context.Context, it *item) ports.WriteResult {
 	op := it.op
-	err := s.collection(it.t).FindOne(ctx, idFilter(it.id), idOnly).Err()
-	exists := err == nil
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return ports.WriteResult{Err: classify(fmt.Errorf("cannot check whether %s exists: %w", op.Address, err))}
+	st, err := s.readState(ctx, s.collection(it.t), it)
+	if err != nil && (op.Mark != nil || domain.CodeOf(err) != domain.CodeInternal) {
+		return ports.WriteResult{Err: err}
+	}
+	exists := st.exists
+	if op.Mark != nil && exists {
+		if r := covered(op, st.mark); r != nil {
+			return *r
+		}
 	}
 	switch {
 	case op.Condition.Kind == ports.ConditionAbsent && exists:

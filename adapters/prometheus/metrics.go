@@ -89,6 +89,7 @@ type Metrics struct {
 
 	lag          *prometheus.GaugeVec
 	deadLettered *prometheus.CounterVec
+	deduplicated *prometheus.CounterVec
 	applyRetries prometheus.Counter
 	applyBackoff prometheus.Counter
 
@@ -164,7 +165,7 @@ func New(opts Options) *Metrics {
 		}, []string{"store", "namespace", "dataset", "kind", "completion", "status", "code"}),
 		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sink_worker_mutations_total",
-			Help: "Queued mutations the worker finished, by dataset, kind, status and error code (empty without error).",
+			Help: "Queued mutations the worker finished, by dataset, kind, status (applied: newly applied; skipped: found already applied, a redelivery, nothing written; not_found; failed ...) and error code (empty without error).",
 		}, []string{"store", "namespace", "dataset", "kind", "status", "code"}),
 		overflow: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sink_metrics_datasets_overflow_total",
@@ -213,6 +214,10 @@ func New(opts Options) *Metrics {
 			Name: "sink_worker_dead_lettered_total",
 			Help: "Queued mutations written to the dead-letter topic, by reason (error code, or UNDECODABLE).",
 		}, []string{"reason"}),
+		deduplicated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sink_mutations_deduplicated_total",
+			Help: "Mutations not applied because their record's applied mark covered them, by source (worker: queued mutations; request: synchronous retries with the same idempotency key) and reason (duplicate: already applied, answered as applied; superseded: a later mutation of the record was applied first, dead-lettered).",
+		}, []string{"source", "reason"}),
 		applyRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sink_worker_apply_retries_total",
 			Help: "Retries of queued mutations after transient failures.",
@@ -239,7 +244,7 @@ func New(opts Options) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.rpcs, m.rpcDuration, m.operations, m.applied, m.overflow, m.mergeConflicts, m.fingerprintMismatches,
 		m.storageDuration, m.storageOps, m.combined, m.publishDuration, m.published,
-		m.lag, m.deadLettered, m.applyRetries, m.applyBackoff, m.ready, m.dependencyUp,
+		m.lag, m.deadLettered, m.deduplicated, m.applyRetries, m.applyBackoff, m.ready, m.dependencyUp,
 	)
 	return m
 }
@@ -378,6 +383,19 @@ func (m *Metrics) WorkerLag(topic string, partition int32, lag int64) {
 // DeadLettered implements ports.Observer.
 func (m *Metrics) DeadLettered(reason string, n int) {
 	m.deadLettered.WithLabelValues(m.reasons.value(labelValue(reason))).Add(float64(n))
+}
+
+// Deduplicated implements ports.Observer.
+func (m *Metrics) Deduplicated(source ports.OperationSource, coverage domain.Coverage, n int) {
+	src := "request"
+	if source == ports.SourceWorker {
+		src = "worker"
+	}
+	reason := "duplicate"
+	if coverage == domain.Superseded {
+		reason = "superseded"
+	}
+	m.deduplicated.WithLabelValues(src, reason).Add(float64(n))
 }
 
 // SetReady records the readiness of the process.

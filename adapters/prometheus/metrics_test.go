@@ -128,6 +128,18 @@ func TestWorkerMeasurements(t *testing.T) {
 	if n := testutil.CollectAndCount(m.deadLettered); n != MaxReasons+1 {
 		t.Fatalf("reasons must be capped: %d series", n)
 	}
+	m.Deduplicated(ports.SourceWorker, domain.Duplicate, 3)
+	m.Deduplicated(ports.SourceWorker, domain.Superseded, 1)
+	m.Deduplicated(ports.SourceRequest, domain.Duplicate, 2)
+	m.Deduplicated(ports.SourceWorker, domain.Duplicate, 1)
+	for _, c := range []struct {
+		source, reason string
+		want           float64
+	}{{"worker", "duplicate", 4}, {"worker", "superseded", 1}, {"request", "duplicate", 2}, {"request", "superseded", 0}} {
+		if got := testutil.ToFloat64(m.deduplicated.WithLabelValues(c.source, c.reason)); got != c.want {
+			t.Fatalf("deduplicated{source=%s,reason=%s} = %v, want %v", c.source, c.reason, got, c.want)
+		}
+	}
 	m.ApplyRetry(1500 * time.Millisecond)
 	m.ApplyRetry(500 * time.Millisecond)
 	if testutil.ToFloat64(m.applyRetries) != 2 || testutil.ToFloat64(m.applyBackoff) != 2 {

@@ -56,9 +56,9 @@ func (c *command) call(ctx context.Context, client sinkv1.SinkClient, r *request
 		write := func(doc *sinkv1.Document) (*sinkv1.WriteResult, error) {
 			op := &sinkv1.WriteOperation{}
 			if c.name == "put" {
-				op.Kind = &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{Address: r.address, Document: doc, Mode: r.mode, ExpectedRevision: r.revision}}
+				op.Kind = &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{Address: r.address, Document: doc, Mode: r.mode, ExpectedRevision: r.revision, IdempotencyKey: c.idempotencyKey}}
 			} else {
-				op.Kind = &sinkv1.WriteOperation_Merge{Merge: &sinkv1.MergeOperation{Address: r.address, Profile: c.profile, Intent: doc}}
+				op.Kind = &sinkv1.WriteOperation_Merge{Merge: &sinkv1.MergeOperation{Address: r.address, Profile: c.profile, Intent: doc, IdempotencyKey: c.idempotencyKey}}
 			}
 			resp, err := client.Write(ctx, &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{op}, Completion: completion})
 			if err != nil {
@@ -80,7 +80,7 @@ func (c *command) call(ctx context.Context, client sinkv1.SinkClient, r *request
 		return c.print(writeOutput(res.GetStatus(), res.GetRevision(), res.GetMutationId(), res.GetError()), res.GetStatus(), res.GetError())
 	default: // delete
 		resp, err := client.Delete(ctx, &sinkv1.DeleteRequest{
-			Operations: []*sinkv1.DeleteOperation{{Address: r.address, ExpectedRevision: r.revision}}, Completion: completion})
+			Operations: []*sinkv1.DeleteOperation{{Address: r.address, ExpectedRevision: r.revision, IdempotencyKey: c.idempotencyKey}}, Completion: completion})
 		if err != nil {
 			return c.callError(err)
 		}

@@ -127,6 +127,7 @@ type command struct {
 	ifRevision              string
 	profile                 string
 	async                   bool
+	idempotencyKey          string
 	canonical               bool
 }
 
@@ -151,7 +152,7 @@ var summaries = map[string]string{
 var examples = map[string]string{
 	"read":   "  sink read --namespace shop --dataset orders --key o-1\n  sink read -n shop -d events --key e-1 | jq -c .document | sink put -n shop -d events --key e-2 --bson --file -\n",
 	"put":    "  sink put --namespace shop --dataset orders --key o-1 --data '{\"total\":10}'\n  echo '{\"total\":10}' | sink put -n shop -d orders --key o-1 --file - --create\n",
-	"merge":  "  sink merge --namespace shop --dataset orders --key o-1 --data '{\"paid\":true}'\n",
+	"merge":  "  sink merge --namespace shop --dataset orders --key o-1 --data '{\"paid\":true}'\n  sink merge -n shop -d orders --key o-1 --data '{\"paid\":true}' --idempotency-key pay-o-1\n",
 	"delete": "  sink delete --namespace shop --dataset orders --key o-1\n",
 }
 
@@ -201,6 +202,9 @@ func (c *command) define() {
 		fs.StringVar(&c.contentType, "content-type", "application/json", "content type of the "+what)
 		fs.BoolVar(&c.bson, "bson", false, "convert the JSON "+what+" to BSON before sending; Extended JSON (relaxed or canonical, as read prints it) gives the types: 3 is an int32, {\"$numberLong\":\"3\"} an int64 (automatic when the store accepts only application/bson)")
 		fs.BoolVar(&c.async, "async", false, "return once the server's durable queue accepted the write (RETURN_AFTER_ACCEPTED)")
+	}
+	if c.name != "read" {
+		fs.StringVar(&c.idempotencyKey, "idempotency-key", "", "retry-safe key of this change (1-128 printable ASCII characters, no spaces): sending it again with the same key applies it at most once while the record remembers the key (its last SINK_IDEMPOTENCY_RING keys)")
 	}
 	switch c.name {
 	case "put":

@@ -77,6 +77,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) ports.Storage, f Features) 
 			}
 		}},
 	}
+	tests = append(tests, markTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

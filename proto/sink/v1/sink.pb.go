@@ -871,8 +871,22 @@ type PutOperation struct {
 	Mode     PutMode                `protobuf:"varint,3,opt,name=mode,proto3,enum=sink.v1.PutMode" json:"mode,omitempty"`
 	// When set, the record must exist with exactly this revision.
 	ExpectedRevision []byte `protobuf:"bytes,4,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// An optional idempotency key: 1 to 128 bytes of printable ASCII
+	// without spaces, unique per intended change of this record. A retry
+	// with the same key (after a timeout or an unknown outcome) is applied
+	// at most once: Sink remembers the keys of the last
+	// SINK_IDEMPOTENCY_RING (default 32) mutations applied to each record
+	// (scope: one record). With WAIT_UNTIL_APPLIED a retry whose key is
+	// still remembered gets the original outcome (APPLIED with the revision
+	// that write produced) without writing again; with
+	// RETURN_AFTER_ACCEPTED the key becomes the queued mutation's id, and
+	// the worker applies it once. The window is honest but bounded: once
+	// the record has seen that many later keyed or queued mutations, or
+	// after the record was deleted (a delete removes what the record
+	// remembers), the key is forgotten and a retry applies again.
+	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PutOperation) Reset() {
@@ -933,17 +947,28 @@ func (x *PutOperation) GetExpectedRevision() []byte {
 	return nil
 }
 
+func (x *PutOperation) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 // MergeOperation is a server-side read-modify-write: Sink reads the latest
 // record, runs the named merge profile on (current document or absence,
 // intent), and writes the result with a revision precondition, retrying on
 // conflict.
 type MergeOperation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Address       *RecordAddress         `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	Profile       string                 `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
-	Intent        *Document              `protobuf:"bytes,3,opt,name=intent,proto3" json:"intent,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address *RecordAddress         `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Profile string                 `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
+	Intent  *Document              `protobuf:"bytes,3,opt,name=intent,proto3" json:"intent,omitempty"`
+	// An optional idempotency key; see PutOperation.idempotency_key. For a
+	// merge that is not idempotent by itself (a counter), it is what makes
+	// a retry safe.
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MergeOperation) Reset() {
@@ -995,6 +1020,13 @@ func (x *MergeOperation) GetIntent() *Document {
 		return x.Intent
 	}
 	return nil
+}
+
+func (x *MergeOperation) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type WriteResponse struct {
@@ -1176,8 +1208,14 @@ type DeleteOperation struct {
 	Address *RecordAddress         `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
 	// When set, the record must exist with exactly this revision.
 	ExpectedRevision []byte `protobuf:"bytes,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// An optional idempotency key; see PutOperation.idempotency_key. A
+	// delete removes the record together with the keys it remembers, so
+	// a retried delete finds no record (NOT_FOUND) rather than the
+	// original outcome; with RETURN_AFTER_ACCEPTED the key becomes the
+	// queued mutation's id.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeleteOperation) Reset() {
@@ -1222,6 +1260,13 @@ func (x *DeleteOperation) GetExpectedRevision() []byte {
 		return x.ExpectedRevision
 	}
 	return nil
+}
+
+func (x *DeleteOperation) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type DeleteResponse struct {
@@ -1386,16 +1431,18 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x0eWriteOperation\x12)\n" +
 	"\x03put\x18\x01 \x01(\v2\x15.sink.v1.PutOperationH\x00R\x03put\x12/\n" +
 	"\x05merge\x18\x02 \x01(\v2\x17.sink.v1.MergeOperationH\x00R\x05mergeB\x06\n" +
-	"\x04kind\"\xc2\x01\n" +
+	"\x04kind\"\xeb\x01\n" +
 	"\fPutOperation\x120\n" +
 	"\aaddress\x18\x01 \x01(\v2\x16.sink.v1.RecordAddressR\aaddress\x12-\n" +
 	"\bdocument\x18\x02 \x01(\v2\x11.sink.v1.DocumentR\bdocument\x12$\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x10.sink.v1.PutModeR\x04mode\x12+\n" +
-	"\x11expected_revision\x18\x04 \x01(\fR\x10expectedRevision\"\x87\x01\n" +
+	"\x11expected_revision\x18\x04 \x01(\fR\x10expectedRevision\x12'\n" +
+	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\"\xb0\x01\n" +
 	"\x0eMergeOperation\x120\n" +
 	"\aaddress\x18\x01 \x01(\v2\x16.sink.v1.RecordAddressR\aaddress\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12)\n" +
-	"\x06intent\x18\x03 \x01(\v2\x11.sink.v1.DocumentR\x06intent\"?\n" +
+	"\x06intent\x18\x03 \x01(\v2\x11.sink.v1.DocumentR\x06intent\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"?\n" +
 	"\rWriteResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.sink.v1.WriteResultR\aresults\"\xc1\x01\n" +
 	"\vWriteResult\x12\x14\n" +
@@ -1411,10 +1458,11 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"operations\x127\n" +
 	"\n" +
 	"completion\x18\x02 \x01(\x0e2\x17.sink.v1.CompletionModeR\n" +
-	"completion\"p\n" +
+	"completion\"\x99\x01\n" +
 	"\x0fDeleteOperation\x120\n" +
 	"\aaddress\x18\x01 \x01(\v2\x16.sink.v1.RecordAddressR\aaddress\x12+\n" +
-	"\x11expected_revision\x18\x02 \x01(\fR\x10expectedRevision\"A\n" +
+	"\x11expected_revision\x18\x02 \x01(\fR\x10expectedRevision\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"A\n" +
 	"\x0eDeleteResponse\x12/\n" +
 	"\aresults\x18\x01 \x03(\v2\x15.sink.v1.DeleteResultR\aresults\"\xa6\x01\n" +
 	"\fDeleteResult\x12\x14\n" +
