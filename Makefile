@@ -17,7 +17,7 @@ STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Test timeout per package; the whole suite stays well under CI's limit.
 TEST_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all build run test test-race test-unit test-integration lint proto bench fuzz tools clean help
+.PHONY: all build run test test-race test-unit test-integration test-faults lint proto bench fuzz tools clean help
 
 all: lint test
 
@@ -28,6 +28,7 @@ help:
 	@echo "make test-race         run every test with the race detector"
 	@echo "make test-unit         run the tests that need no MongoDB or Kafka server"
 	@echo "make test-integration  run only the MongoDB- and Kafka-backed tests"
+	@echo "make test-faults       container fault suite (Docker; FAULTS_TRIALS=worker-sigkill=20,db-pause=5,...)"
 	@echo "make lint              go vet, staticcheck, gofmt, go mod tidy check, buf lint"
 	@echo "make proto             regenerate the committed protobuf code"
 	@echo "make bench             run the benchmarks"
@@ -64,6 +65,18 @@ INTEGRATION_PKGS := ./integration/... ./adapters/mongodb/... ./adapters/kafka/..
 
 test-integration:
 	$(GO) test $(TEST_FLAGS) $(INTEGRATION_PKGS)
+
+# The container fault suite (integration/faults): FROM scratch images, a
+# Docker network, faults injected under load, a reliability table. It skips
+# with one line when no Docker engine answers. FAULTS_TRIALS overrides the
+# trial counts per fault (name=count,...). Mutations applied twice fail the
+# suite (effectively-once delivery); FAULTS_REQUIRE_ONCE=0 only reports them.
+FAULTS_TRIALS ?=
+FAULTS_REQUIRE_ONCE ?= 1
+
+test-faults:
+	SINK_FAULTS=1 SINK_FAULTS_TRIALS='$(FAULTS_TRIALS)' SINK_FAULTS_REQUIRE_ONCE='$(FAULTS_REQUIRE_ONCE)' \
+		$(GO) test -count=1 -timeout 20m -v -run '^TestFaults' ./integration/faults/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...

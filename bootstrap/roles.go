@@ -128,6 +128,8 @@ func Main(args []string, extra ...fx.Option) int {
 			return DeadLetterMain(args[1:], os.Stdout, os.Stderr)
 		case "read", "put", "merge", "delete":
 			return cli.Main(args)
+		case "health":
+			return cli.Health(args[1:], cli.IO{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv})
 		case "hash-token":
 			return HashTokenMain(args[1:], os.Stdin, os.Stdout, os.Stderr)
 		case "profiles":
@@ -161,6 +163,7 @@ Commands:
   put            write a document (sink put --help)
   merge          merge an intent into a record (sink merge --help)
   delete         delete a record (sink delete --help)
+  health         exit 0 when a role's /readyz answers 200: a container health check (sink health --help)
   hash-token     hash a bearer token for SINK_AUTH_TOKEN_FILE (sink hash-token --help)
   profiles       check a merge profiles file or try a merge without a server (sink profiles help)
   help           show this help

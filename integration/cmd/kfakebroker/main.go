@@ -5,8 +5,11 @@
 //	kfakebroker -port 9092 [-data DIR] [-brokers 1] [-partitions 1] [-topics a,b]
 //	            [-auto-create-topics=true] [-sync] [-min-session-timeout 6s]
 //	            [-log-level none] [-parent-pid PID]
+//	            [-listen-host 0.0.0.0 -advertise-host NAME]
 //
 // With -brokers N the brokers listen on 127.0.0.1:PORT .. 127.0.0.1:PORT+N-1.
+// In a container, -listen-host 0.0.0.0 -advertise-host NAME listens on every
+// interface and tells clients (metadata, coordinators, READY) to dial NAME.
 // Once every broker accepts connections it prints exactly one line on stdout:
 //
 //	READY 127.0.0.1:PORT[,127.0.0.1:PORT+1...]
@@ -57,6 +60,8 @@ func run() int {
 		minSession = flag.Duration("min-session-timeout", 0, "group minimum session timeout (0 keeps kfake's default of 6s)")
 		logLevel   = flag.String("log-level", "none", "kfake log level on stderr: none, error, warn, info, debug")
 		parentPID  = flag.Int("parent-pid", 0, "exit at once (no clean close) when this process stops being our parent")
+		listenHost = flag.String("listen-host", "127.0.0.1", "host or IP the brokers listen on (0.0.0.0 in a container)")
+		advertise  = flag.String("advertise-host", "", "host name the brokers advertise to clients (default: the listen address)")
 	)
 	flag.Parse()
 
@@ -116,6 +121,9 @@ func run() int {
 	if *syncWrites {
 		opts = append(opts, kfake.SyncWrites())
 	}
+	if *listenHost != "127.0.0.1" || *advertise != "" {
+		opts = append(opts, kfake.ListenFn(listenAdvertising(*listenHost, *advertise)))
+	}
 
 	// Install the handler before the cluster exists so that a signal sent
 	// right after READY is never lost to the default (non-flushing) action.
@@ -134,7 +142,7 @@ func run() int {
 
 	addrs := c.ListenAddrs()
 	for _, a := range addrs {
-		if err := waitAccepting(a, 10*time.Second); err != nil {
+		if err := waitAccepting(dialAddr(a, *listenHost, *advertise), 10*time.Second); err != nil {
 			fmt.Fprintf(os.Stderr, "kfakebroker: %v\n", err)
 			c.Close()
 			return 1
@@ -147,6 +155,7 @@ func run() int {
 		c.Close()
 		return 1
 	}
+	reapGhosts(c, dialAddr(addrs[0], *listenHost, *advertise))
 	fmt.Printf("READY %s\n", strings.Join(addrs, ","))
 	os.Stdout.Sync() //nolint:errcheck // a pipe or terminal; best effort
 
@@ -249,4 +258,47 @@ func persistAutoCreatedTopics(c *kfake.Cluster) {
 		})
 		return nil, nil, false // not handled: kfake answers the request
 	})
+}
+
+// listenAdvertising listens on host (instead of kfake's 127.0.0.1) and, with
+// an advertise host, reports that host as the listener's address, which is
+// what kfake tells clients to dial.
+func listenAdvertising(host, advertise string) func(network, address string) (net.Listener, error) {
+	return func(network, address string) (net.Listener, error) {
+		_, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil, fmt.Errorf("cannot split listen address %q: %w", address, err)
+		}
+		l, err := net.Listen(network, net.JoinHostPort(host, port))
+		if err != nil || advertise == "" {
+			return l, err
+		}
+		return advertisedListener{Listener: l, addr: advertisedAddr(net.JoinHostPort(advertise, port))}, nil
+	}
+}
+
+type advertisedListener struct {
+	net.Listener
+	addr advertisedAddr
+}
+
+func (l advertisedListener) Addr() net.Addr { return l.addr }
+
+type advertisedAddr string
+
+func (a advertisedAddr) Network() string { return "tcp" }
+func (a advertisedAddr) String() string  { return string(a) }
+
+// dialAddr is where this process checks that a broker accepts connections:
+// its own listener, not the advertised name.
+func dialAddr(addr, listenHost, advertise string) string {
+	if advertise == "" {
+		return addr
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	switch listenHost {
+	case "", "0.0.0.0", "::", "[::]":
+		listenHost = "127.0.0.1"
+	}
+	return net.JoinHostPort(listenHost, port)
 }

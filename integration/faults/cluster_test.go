@@ -1,0 +1,391 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	dc "github.com/ory/dockertest/v3/docker"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+)
+
+const (
+	topic          = "sink.mutations"
+	deadLetter     = "sink.mutations.dead-letter"
+	partitions     = 4
+	sessionTimeout = 6 * time.Second // kfake's minimum group session timeout
+	// dbURI: timeouts shorter than the database pause of the db-pause fault.
+	dbURI = "mongodb://db:27017/?serverSelectionTimeoutMS=3000&connectTimeoutMS=2000&timeoutMS=5000"
+	// dbURIMongo: the same against a real MongoDB replica set.
+	dbURIMongo = "mongodb://db:27017/?replicaSet=rs0&serverSelectionTimeoutMS=3000&connectTimeoutMS=2000&timeoutMS=5000"
+)
+
+// cluster is the Sink deployment under test: a database, a broker, one
+// server (its gRPC port published on loopback) and two workers, on two
+// networks: "data" (database, server, workers) and "log" (broker, server,
+// workers), so that a worker can be cut off from the broker alone.
+type cluster struct {
+	e       *engine
+	dataNet *dc.Network
+	logNet  *dc.Network
+	db      *container
+	broker  *container
+	server  *container
+	workers []*container
+	dbKind  string
+	port    int
+	dbURI   string
+	// sinkSource is the tree Sink was built from.
+	sinkSource string
+	conn       *grpc.ClientConn
+	client     sinkv1.SinkClient
+}
+
+// startCluster builds the binaries and images and starts the deployment.
+func startCluster(ctx context.Context, e *engine, logf func(string, ...any)) (*cluster, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	bins, err := os.MkdirTemp("", "sink-faults-bin-")
+	if err != nil {
+		return nil, fmt.Errorf("cannot create a build directory: %w", err)
+	}
+	defer os.RemoveAll(bins)
+	t0 := time.Now()
+	// SINK_FAULTS_SINK_SOURCE builds Sink from another tree (for example an
+	// export of a commit, to compare with the working tree).
+	sinkSource := root
+	if v := os.Getenv(envSinkSource); v != "" {
+		sinkSource = v
+	}
+	if err := staticBinary(ctx, sinkSource, "./integration/cmd/sinkcount", filepath.Join(bins, "sink")); err != nil {
+		return nil, err
+	}
+	if err := staticBinary(ctx, root, "./integration/cmd/kfakebroker", filepath.Join(bins, "kfakebroker")); err != nil {
+		return nil, err
+	}
+	ferret, err := ferretBinary(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	logf("faults: built static binaries in %s", time.Since(t0).Round(time.Millisecond))
+
+	sinkImage, err := e.buildImage("sink", filepath.Join(bins, "sink"), nil)
+	if err != nil {
+		return nil, err
+	}
+	brokerImage, err := e.buildImage("kfakebroker", filepath.Join(bins, "kfakebroker"), nil)
+	if err != nil {
+		return nil, err
+	}
+	ferretImage, err := e.buildImage("ferretdb", ferret, nil)
+	if err != nil {
+		return nil, err
+	}
+
+	c := &cluster{e: e, dbKind: "FerretDB v1.24.2 (SQLite), FROM scratch", sinkSource: sinkSource}
+	if c.dataNet, err = e.network("data"); err != nil {
+		return nil, err
+	}
+	if c.logNet, err = e.network("log"); err != nil {
+		return nil, err
+	}
+	// A real MongoDB where its image is present (docker pull mongo:7 first;
+	// the suite never pulls), else FerretDB.
+	mongoImage := os.Getenv(envMongoImage)
+	if mongoImage == "" {
+		mongoImage = "mongo:7"
+	}
+	if _, err := e.dc.InspectImage(mongoImage); err == nil {
+		c.dbKind, c.dbURI = mongoImage+" (single-node replica set)", dbURIMongo
+		if c.db, err = startMongo(ctx, e, mongoImage, c.dataNet.ID); err != nil {
+			return nil, err
+		}
+	} else {
+		c.dbURI = dbURI
+		c.db, err = e.start(containerSpec{
+			role: "db", image: ferretImage,
+			cmd:      []string{"-listen", "0.0.0.0:27017", "-data", "/data/db", "-log-level", "error"},
+			networks: map[string][]string{c.dataNet.ID: {"db"}},
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	c.broker, err = e.start(containerSpec{
+		role: "broker", image: brokerImage,
+		cmd: []string{"-port", "9092", "-listen-host", "0.0.0.0", "-advertise-host", "broker",
+			"-data", "/data/kafka", "-partitions", strconv.Itoa(partitions), "-topics", topic + "," + deadLetter},
+		networks: map[string][]string{c.logNet.ID: {"broker"}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.dbURI == dbURI {
+		if err := c.db.awaitLog(ctx, "READY ", 1, 60*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.broker.awaitLog(ctx, "READY ", 1, 30*time.Second); err != nil {
+		return nil, err
+	}
+
+	if c.port, err = freePort(); err != nil {
+		return nil, err
+	}
+	both := map[string][]string{c.dataNet.ID: nil, c.logNet.ID: nil}
+	c.server, err = e.start(containerSpec{
+		role: "server", image: sinkImage, env: c.sinkEnv("server"), networks: both,
+		publish: map[string]int{"8080/tcp": c.port},
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i <= 2; i++ {
+		w, err := e.start(containerSpec{
+			role: "worker" + strconv.Itoa(i), image: sinkImage, env: c.sinkEnv("worker"),
+			networks: map[string][]string{c.dataNet.ID: nil, c.logNet.ID: nil},
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.workers = append(c.workers, w)
+	}
+	c.conn, err = grpc.NewClient("127.0.0.1:"+strconv.Itoa(c.port), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the gRPC client: %w", err)
+	}
+	c.client = sinkv1.NewSinkClient(c.conn)
+	if err := c.awaitServing(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// sinkEnv is the environment of a Sink container.
+func (c *cluster) sinkEnv(mode string) []string {
+	env := []string{
+		"SINK_MODE=" + mode,
+		"SINK_MONGODB_URI=" + c.dbURI,
+		"SINK_KAFKA_BROKERS=broker:9092",
+		"SINK_KAFKA_TOPIC=" + topic,
+		"SINK_KAFKA_GROUP_ID=sink-workers",
+		"SINK_KAFKA_SESSION_TIMEOUT=" + sessionTimeout.String(),
+		// A killed worker's replacement joins the group under a new member
+		// id, and the rebalance that follows can wait for the dead member
+		// up to this timeout: with the 60s default, recovery after a kill
+		// took 66-71s in some trials on kfake. 24s keeps recovery well
+		// inside a trial's limit and still allows SINK_APPLY_MAX_BACKOFF=2s
+		// (at most R/12).
+		"SINK_KAFKA_REBALANCE_TIMEOUT=24s",
+		"SINK_KAFKA_PUBLISH_TIMEOUT=3s",
+		"SINK_KAFKA_MAX_POLL_RECORDS=100",
+		"SINK_APPLY_MAX_BACKOFF=2s",
+		"SINK_SHUTDOWN_TIMEOUT=20s",
+		"SINK_LOG_FORMAT=text",
+		"SINK_LOG_LEVEL=" + logLevel(),
+	}
+	if c.dbURI == dbURI {
+		// FerretDB v1 limits (see mongotest.Server.SinkEnv).
+		env = append(env, "SINK_MONGODB_BULK_CHUNK=48", "SINK_MONGODB_BULK_CONCURRENCY=1")
+	}
+	return env
+}
+
+// logLevel is the containers' SINK_LOG_LEVEL: SINK_FAULTS_LOG_LEVEL or warn.
+func logLevel() string {
+	if v := os.Getenv(envLogLevel); v != "" {
+		return v
+	}
+	return "warn"
+}
+
+func (c *cluster) close() {
+	if c.conn != nil {
+		_ = c.conn.Close()
+	}
+}
+
+// awaitServing waits until the server's gRPC health check answers SERVING.
+func (c *cluster) awaitServing(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	var last error
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		hr, err := healthpb.NewHealthClient(c.conn).Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && hr.Status == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		last = err
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the server is not serving after %s (%v); its log:\n%s", limit, last, c.server.logs(30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// saveLogs writes every container's whole log to a directory that outlives
+// the run (the containers do not) and logs where it is.
+func (c *cluster) saveLogs(t interface{ Logf(string, ...any) }) {
+	dir, err := os.MkdirTemp("", "sink-faults-logs-")
+	if err != nil {
+		t.Logf("cannot keep the container logs: %v", err)
+		return
+	}
+	for _, ct := range append([]*container{c.db, c.broker, c.server}, c.workers...) {
+		if err := os.WriteFile(filepath.Join(dir, ct.role+".log"), []byte(ct.logs(1000000)), 0o644); err != nil {
+			t.Logf("cannot keep the log of %s: %v", ct.role, err)
+		}
+	}
+	t.Logf("the containers' logs are in %s", dir)
+}
+
+var deadLetterLine = regexp.MustCompile(`dead-lettering it.*\bmutation_id=([0-9A-Za-z-]+)`)
+
+// deadLettered returns which of the given mutations (by id) a worker's log
+// says it dead-lettered.
+func (c *cluster) deadLettered(ids map[string]seqRef) map[seqRef]bool {
+	out := map[seqRef]bool{}
+	for _, w := range c.workers {
+		for _, m := range deadLetterLine.FindAllStringSubmatch(w.logs(100000), -1) {
+			if r, ok := ids[m[1]]; ok {
+				out[r] = true
+			}
+		}
+	}
+	return out
+}
+
+// awaitLog waits until the container's output holds the line prefix at
+// least n times (READY lines: one per start).
+func (c *container) awaitLog(ctx context.Context, prefix string, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		logs := c.logs(1000)
+		if countLines(logs, prefix) >= n {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s did not print %q %d times within %s; log:\n%s", c.role, prefix, n, limit, lastLines(logs, 20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func countLines(s, prefix string) int {
+	n := 0
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("cannot find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// repoRoot walks up to the directory of the main module's go.mod.
+func repoRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("cannot get the working directory: %w", err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/sink-io/sink\n") {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("no go.mod of github.com/sink-io/sink above %s", wd)
+		}
+	}
+}
+
+// startMongo starts a MongoDB image as the single-node replica set rs0 whose
+// member is db:27017 (the name the Sink containers use), initiating it
+// through a loopback port.
+func startMongo(ctx context.Context, e *engine, image, network string) (*container, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	db, err := e.start(containerSpec{
+		role: "db", image: image,
+		cmd:      []string{"mongod", "--replSet", "rs0", "--bind_ip_all", "--port", "27017"},
+		networks: map[string][]string{network: {"db"}},
+		publish:  map[string]int{"27017/tcp": port},
+	})
+	if err != nil {
+		return nil, err
+	}
+	client, err := mongo.Connect(options.Client().
+		ApplyURI("mongodb://127.0.0.1:" + strconv.Itoa(port) + "/?directConnection=true").
+		SetServerSelectionTimeout(2 * time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to %s: %w", image, err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	admin := client.Database("admin")
+	initiate := bson.D{{Key: "replSetInitiate", Value: bson.D{
+		{Key: "_id", Value: "rs0"},
+		{Key: "members", Value: bson.A{bson.D{{Key: "_id", Value: 0}, {Key: "host", Value: "db:27017"}}}},
+	}}}
+	deadline := time.Now().Add(90 * time.Second)
+	initiated := false
+	var last error
+	for {
+		if !initiated {
+			err := admin.RunCommand(ctx, initiate).Err()
+			var ce mongo.CommandError
+			if err == nil || (errors.As(err, &ce) && (ce.Code == 23 || ce.Name == "AlreadyInitialized")) {
+				initiated = true
+			} else {
+				last = err
+			}
+		}
+		if initiated {
+			var hello struct {
+				IsWritablePrimary bool `bson:"isWritablePrimary"`
+			}
+			if err := admin.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+				last = err
+			} else if hello.IsWritablePrimary {
+				return db, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("%s did not become a writable primary: %v; log:\n%s", image, last, lastLines(db.logs(40), 40))
+		}
+		time.Sleep(250 * time.Millisecond) // polling the node's state
+	}
+}
