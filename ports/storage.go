@@ -129,3 +129,22 @@ type Storage interface {
 	// Ping reports whether the storage answers.
 	Ping(ctx context.Context) error
 }
+
+// CheckMark checks op's mark update against the record's current mark as
+// the Storage contract says: it returns the result a storage answers
+// without writing (CodeAlreadyApplied with the ring entry's revision, or
+// CodeSuperseded), or nil when the write goes ahead. op.Mark must be set.
+func CheckMark(op *WriteOp, mark domain.AppliedMark) *WriteResult {
+	for _, id := range op.Mark.IDs {
+		if e, ok := mark.Find(id); ok {
+			return &WriteResult{Revision: e.Revision, Existed: true,
+				Err: domain.Errorf(domain.CodeAlreadyApplied, "mutation %q was already applied to record %s", id, op.Address)}
+		}
+	}
+	if mark.Position.Covers(op.Mark.Position) {
+		return &WriteResult{Existed: true,
+			Err: domain.Errorf(domain.CodeSuperseded, "record %s already has a mutation applied from partition %d at offset %d, at or after this one's offset %d",
+				op.Address, mark.Position.Partition, mark.Position.Offset, op.Mark.Position.Offset)}
+	}
+	return nil
+}

@@ -140,7 +140,7 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 	defer sh.mu.Unlock()
 	cur, exists := sh.records[id]
 	if op.Mark != nil && exists {
-		if err := covered(op, cur.mark); err != nil {
+		if err := ports.CheckMark(op, cur.mark); err != nil {
 			return *err
 		}
 	}
@@ -172,23 +172,6 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 	}
 	sh.records[id] = entry{doc: clone(op.Document), rev: rev, mark: mark}
 	return ports.WriteResult{Revision: rev, Existed: exists}
-}
-
-// covered checks op's mark update against the record's mark (see
-// ports.Storage): the result to return when the write must not happen.
-func covered(op *ports.WriteOp, mark domain.AppliedMark) *ports.WriteResult {
-	for _, id := range op.Mark.IDs {
-		if e, ok := mark.Find(id); ok {
-			return &ports.WriteResult{Revision: e.Revision, Existed: true,
-				Err: domain.Errorf(domain.CodeAlreadyApplied, "mutation %q was already applied to record %s", id, op.Address)}
-		}
-	}
-	if mark.Position.Covers(op.Mark.Position) {
-		return &ports.WriteResult{Existed: true,
-			Err: domain.Errorf(domain.CodeSuperseded, "record %s already has a mutation applied from partition %d at offset %d, at or after this one's offset %d",
-				op.Address, mark.Position.Partition, mark.Position.Offset, op.Mark.Position.Offset)}
-	}
-	return nil
 }
 
 // Validate implements ports.Storage: the memory store holds any document.

@@ -504,7 +504,7 @@ func (s *Store) putKeepingMark(ctx context.Context, coll *mongo.Collection, it *
 // first attempt succeeded is ALREADY_APPLIED, not a mismatch).
 func (s *Store) singleBase(ctx context.Context, coll *mongo.Collection, it *item) ports.WriteResult {
 	op := it.op
-	if r := covered(op, *op.Mark.Base); r != nil {
+	if r := ports.CheckMark(op, *op.Mark.Base); r != nil {
 		return *r
 	}
 	filter, ok := s.revisionFilter(it.id, op.Condition.Revision)
@@ -530,23 +530,6 @@ func (s *Store) singleBase(ctx context.Context, coll *mongo.Collection, it *item
 		return it.success(true)
 	}
 	return s.conditionFailed(ctx, it)
-}
-
-// covered checks op's mark update against the record's mark (see
-// ports.Storage): the result to return when the write must not happen.
-func covered(op *ports.WriteOp, mark domain.AppliedMark) *ports.WriteResult {
-	for _, id := range op.Mark.IDs {
-		if e, ok := mark.Find(id); ok {
-			return &ports.WriteResult{Revision: e.Revision, Existed: true,
-				Err: domain.Errorf(domain.CodeAlreadyApplied, "mutation %q was already applied to record %s", id, op.Address)}
-		}
-	}
-	if mark.Position.Covers(op.Mark.Position) {
-		return &ports.WriteResult{Existed: true,
-			Err: domain.Errorf(domain.CodeSuperseded, "record %s already has a mutation applied from partition %d at offset %d, at or after this one's offset %d",
-				op.Address, mark.Position.Partition, mark.Position.Offset, op.Mark.Position.Offset)}
-	}
-	return nil
 }
 
 // state is what a write needs to know about a record's hidden field.
@@ -718,7 +701,7 @@ func (s *Store) plan(it *item, st state) (mongo.WriteModel, ports.WriteResult, b
 		return fail(domain.CodeInternal, "cannot write %s: %v", op.Address, st.err)
 	}
 	if st.exists && op.Mark != nil {
-		if r := covered(op, st.mark); r != nil {
+		if r := ports.CheckMark(op, st.mark); r != nil {
 			return nil, *r, true
 		}
 	}
@@ -878,7 +861,7 @@ func (s *Store) conditionFailed(ctx context.Context, it *item) ports.WriteResult
 	}
 	exists := st.exists
 	if op.Mark != nil && exists {
-		if r := covered(op, st.mark); r != nil {
+		if r := ports.CheckMark(op, st.mark); r != nil {
 			return *r
 		}
 	}
