@@ -108,12 +108,14 @@ func (k KafkaConfig) validateTimeouts(unparsed map[string]bool) error {
 	}
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	switch {
-	case k.RebalanceTimeout < 3*time.Second:
+	// Every problem is reported, not only the first.
+	if k.RebalanceTimeout < 3*time.Second {
 		add("SINK_KAFKA_REBALANCE_TIMEOUT must be at least 3s, got %s", k.RebalanceTimeout)
-	case k.SessionTimeout > 0 && k.RebalanceTimeout < k.SessionTimeout && !unparsed["SINK_KAFKA_SESSION_TIMEOUT"]:
+	}
+	if k.SessionTimeout > 0 && k.RebalanceTimeout < k.SessionTimeout && !unparsed["SINK_KAFKA_SESSION_TIMEOUT"] {
 		add("SINK_KAFKA_REBALANCE_TIMEOUT (%s) must not be below SINK_KAFKA_SESSION_TIMEOUT (%s)", k.RebalanceTimeout, k.SessionTimeout)
-	case k.ApplyMaxBackoff > k.BatchBudget()/4 && !unparsed["SINK_APPLY_MAX_BACKOFF"]:
+	}
+	if k.ApplyMaxBackoff > k.BatchBudget()/4 && !unparsed["SINK_APPLY_MAX_BACKOFF"] {
 		add("SINK_APPLY_MAX_BACKOFF (%s) must be at most SINK_KAFKA_REBALANCE_TIMEOUT/12 (%s): a worker gives a batch a third of the rebalance timeout, and several attempts must fit in it", k.ApplyMaxBackoff, k.BatchBudget()/4)
 	}
 	if len(k.LogEpoch) > 128 || !utf8.ValidString(k.LogEpoch) {

@@ -117,3 +117,16 @@ func TestWorkerClientGetsTheTimeouts(t *testing.T) {
 		t.Fatalf("budget %s, epoch %q", cfg.Kafka.BatchBudget(), cfg.Kafka.LogEpoch)
 	}
 }
+
+// Every timeout problem is reported at once, not only the first.
+func TestKafkaTimeoutsReportEveryProblem(t *testing.T) {
+	_, err := LoadConfig(map[string]string{"SINK_KAFKA_REBALANCE_TIMEOUT": "2s", "SINK_APPLY_MAX_BACKOFF": "1s", "SINK_KAFKA_LOG_EPOCH": "\xff"})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"SINK_KAFKA_REBALANCE_TIMEOUT must be at least 3s", "must not be below SINK_KAFKA_SESSION_TIMEOUT", "SINK_APPLY_MAX_BACKOFF (1s) must be at most", "SINK_KAFKA_LOG_EPOCH must be valid UTF-8"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}
