@@ -244,25 +244,9 @@ func (s *Store) bulkCommand(ctx context.Context, t target, items []*item, out []
 			models[j] = mongo.NewInsertOneModel().SetDocument(bson.Raw(it.doc))
 		}
 	}
-	res, err := coll.BulkWrite(ctx, models, unorderedBulk)
-	var bwe mongo.BulkWriteException
-	if err != nil && (!errors.As(err, &bwe) || res == nil) {
-		e := classifyWrite(fmt.Errorf("cannot write to %s: %w", t, err))
-		for _, it := range items {
-			out[it.i].Err = e
-		}
+	res, failed, wce, ok := s.sendBulk(ctx, coll, t, models, items, out)
+	if !ok {
 		return
-	}
-	var wce *domain.Error
-	if bwe.WriteConcernError != nil {
-		wce = classifyWrite(fmt.Errorf("cannot confirm the write to %s: %w", t, mongo.BulkWriteException{WriteConcernError: bwe.WriteConcernError, Labels: bwe.Labels}))
-	}
-	if res == nil {
-		res = &mongo.BulkWriteResult{}
-	}
-	failed := make(map[int]mongo.WriteError, len(bwe.WriteErrors))
-	for _, we := range bwe.WriteErrors {
-		failed[we.Index] = we.WriteError
 	}
 	// With a write concern error the counts are the server's own answer.
 	trusted := wce != nil || res.MatchedCount+res.UpsertedCount+res.InsertedCount == int64(len(items)-len(failed))
@@ -319,6 +303,34 @@ func (s *Store) bulkCommand(ctx context.Context, t target, items []*item, out []
 		s.markedChunk(ctx, t, carry, out)
 	}
 	s.parallel(len(single), func(k int) { out[single[k].i] = s.single(ctx, single[k]) })
+}
+
+// sendBulk sends models (one per item, in order) as one unordered bulk
+// write and decodes the answer: the result (never nil), the write errors by
+// model index, and the write concern error (nil when there is none). When
+// the whole call failed it sets that error on every item and returns
+// ok=false.
+func (s *Store) sendBulk(ctx context.Context, coll *mongo.Collection, t target, models []mongo.WriteModel, items []*item, out []ports.WriteResult) (res *mongo.BulkWriteResult, failed map[int]mongo.WriteError, wce *domain.Error, ok bool) {
+	res, err := coll.BulkWrite(ctx, models, unorderedBulk)
+	var bwe mongo.BulkWriteException
+	if err != nil && (!errors.As(err, &bwe) || res == nil) {
+		e := classifyWrite(fmt.Errorf("cannot write to %s: %w", t, err))
+		for _, it := range items {
+			out[it.i].Err = e
+		}
+		return nil, nil, nil, false
+	}
+	if bwe.WriteConcernError != nil {
+		wce = classifyWrite(fmt.Errorf("cannot confirm the write to %s: %w", t, mongo.BulkWriteException{WriteConcernError: bwe.WriteConcernError, Labels: bwe.Labels}))
+	}
+	if res == nil {
+		res = &mongo.BulkWriteResult{}
+	}
+	failed = make(map[int]mongo.WriteError, len(bwe.WriteErrors))
+	for _, we := range bwe.WriteErrors {
+		failed[we.Index] = we.WriteError
+	}
+	return res, failed, wce, true
 }
 
 // resolve looks up operations whose outcome a bulk result left open: those
@@ -748,25 +760,9 @@ func (s *Store) plan(it *item, st state) (mongo.WriteModel, ports.WriteResult, b
 // whose revision is stored and a delete whose record is gone took effect,
 // the others start again.
 func (s *Store) markedBulk(ctx context.Context, coll *mongo.Collection, t target, writes []*item, models []mongo.WriteModel, out []ports.WriteResult) []*item {
-	res, err := coll.BulkWrite(ctx, models, unorderedBulk)
-	var bwe mongo.BulkWriteException
-	if err != nil && (!errors.As(err, &bwe) || res == nil) {
-		e := classifyWrite(fmt.Errorf("cannot write to %s: %w", t, err))
-		for _, it := range writes {
-			out[it.i].Err = e
-		}
+	res, failed, wce, ok := s.sendBulk(ctx, coll, t, models, writes, out)
+	if !ok {
 		return nil
-	}
-	var wce *domain.Error
-	if bwe.WriteConcernError != nil {
-		wce = classifyWrite(fmt.Errorf("cannot confirm the write to %s: %w", t, mongo.BulkWriteException{WriteConcernError: bwe.WriteConcernError, Labels: bwe.Labels}))
-	}
-	if res == nil {
-		res = &mongo.BulkWriteResult{}
-	}
-	failed := make(map[int]mongo.WriteError, len(bwe.WriteErrors))
-	for _, we := range bwe.WriteErrors {
-		failed[we.Index] = we.WriteError
 	}
 	trusted := wce != nil || res.MatchedCount+res.InsertedCount+res.DeletedCount == int64(len(writes)-len(failed))
 	if !trusted {
