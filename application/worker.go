@@ -33,6 +33,11 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 	defer s.observeApplied(work, valid, outcomes, results)
 	refs := func(i int) opRef { return mutationRef(&work[i]) }
 	deadline, budgeted := ctx.Deadline()
+	// slack: no attempt starts unless its backoff ends this long before the
+	// deadline, so that timer and scheduling latency after the last sleep
+	// do not carry the call past its budget (a twentieth of the budget, at
+	// most 50ms).
+	slack := min(time.Until(deadline)/20, 50*time.Millisecond)
 	// overBudget: ctx ended by its deadline (the batch's time budget), not
 	// by cancellation (shutdown, a lost partition).
 	overBudget := func() bool { return budgeted && errors.Is(ctx.Err(), context.DeadlineExceeded) }
@@ -90,7 +95,7 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 			break
 		}
 		d := s.cfg.Apply.backoff(attempt)
-		if budgeted && time.Until(deadline) <= d {
+		if budgeted && time.Until(deadline)-slack <= d {
 			// The next attempt would not start within the budget: park
 			// what still fails instead of holding the batch.
 			for _, i := range retry {
