@@ -92,7 +92,7 @@ func TestOnlyValidAuthorizedOperationsAreChargedAndLabelled(t *testing.T) {
 	for _, o := range obs.outcomes {
 		if o.Dataset != (domain.DatasetRef{}) {
 			labelled++
-			if o.Dataset.Store != "primary" || o.Status != "applied" {
+			if o.Dataset.Store != "primary" || o.Status != ports.StatusApplied {
 				t.Fatalf("labelled outcome %+v", o)
 			}
 		}

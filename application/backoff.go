@@ -1,7 +1,6 @@
 package application
 
 import (
-	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -22,19 +21,4 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 		return 0
 	}
 	return time.Duration(rand.Int64N(int64(ceiling) + 1))
-}
-
-// sleep waits for d or until ctx ends; it reports whether the full time passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

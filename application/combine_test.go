@@ -107,14 +107,14 @@ func listPut(k string, items ...string) domain.Mutation {
 type batchObserver struct {
 	ports.NopObserver
 	mu       sync.Mutex
-	combined map[string][]int
+	combined map[ports.StorageCall][]int
 }
 
-func (o *batchObserver) Combined(call string, n int) {
+func (o *batchObserver) Combined(call ports.StorageCall, n int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.combined == nil {
-		o.combined = map[string][]int{}
+		o.combined = map[ports.StorageCall][]int{}
 	}
 	o.combined[call] = append(o.combined[call], n)
 }
@@ -238,7 +238,7 @@ func TestConcurrentMergesFoldIntoOneReadModifyWrite(t *testing.T) {
 	}
 	c.obs.mu.Lock()
 	defer c.obs.mu.Unlock()
-	if got := c.obs.combined["write"]; len(got) != 2 || got[0] != 1 || got[1] != 5 {
+	if got := c.obs.combined[ports.StorageWrite]; len(got) != 2 || got[0] != 1 || got[1] != 5 {
 		t.Fatalf("write batches (callers): %v, want [1 5]", got)
 	}
 }

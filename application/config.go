@@ -145,7 +145,10 @@ type Config struct {
 	AsyncDisabledHint string
 }
 
-// DefaultConfig returns the defaults for every setting.
+// DefaultConfig returns the defaults for every setting (the environment
+// layer's defaults are these). NewService does not fill in zero fields: a
+// zero limit or attempt count is invalid, and zero backoffs mean retrying
+// without a pause, so start from DefaultConfig and change what differs.
 func DefaultConfig() Config {
 	return Config{
 		Store:  "primary",
@@ -177,4 +180,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("idempotency ring must be between 1 and %d mutation ids, got %d", domain.MaxAppliedRing, c.IdempotencyRing))
 	}
 	return errors.Join(errs...)
+}
+
+// DefaultHealthConfig returns the health monitor's defaults.
+func DefaultHealthConfig() HealthConfig {
+	return HealthConfig{Interval: 2 * time.Second, Timeout: time.Second}
 }

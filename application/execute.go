@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/ctxtime"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -77,7 +78,7 @@ func (s *Service) runWrites(batch []*waiter[*job]) {
 	for i, w := range batch {
 		jobs[i] = w.item
 	}
-	s.obs.Combined("write", len(jobs))
+	s.obs.Combined(ports.StorageWrite, len(jobs))
 	var h *hintTable
 	if s.keepsHints() {
 		// Every job of a batch is on records of the batch's shard.
@@ -347,7 +348,7 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 		if len(ops) > 0 {
 			start := time.Now()
 			got := s.storage.Write(ctx, ops)
-			s.obs.StorageCall("write", len(ops), time.Since(start))
+			s.obs.StorageCall(ports.StorageWrite, len(ops), time.Since(start))
 			for k, r := range got {
 				if k < len(ops) {
 					rid := ops[k].Address.ID()
@@ -396,7 +397,7 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 				s.obs.MergeConflict(it.m().Merge.Profile)
 			}
 		}
-		if attempt >= s.cfg.Merge.MaxAttempts || !sleep(ctx, s.cfg.Merge.backoff(attempt)) {
+		if attempt >= s.cfg.Merge.MaxAttempts || !ctxtime.Sleep(ctx, s.cfg.Merge.backoff(attempt)) {
 			for _, u := range again {
 				for _, it := range u {
 					if err := it.j.ctx.Err(); err != nil {
@@ -520,7 +521,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 	if len(addrs) > 0 {
 		start := time.Now()
 		got := s.storage.Read(ctx, addrs)
-		s.obs.StorageCall("read", len(addrs), time.Since(start))
+		s.obs.StorageCall(ports.StorageRead, len(addrs), time.Since(start))
 		for n, k := range unread {
 			current[k] = got[n]
 		}

@@ -61,9 +61,7 @@ func (s *Service) checkFingerprint(ref opRef, m *domain.Mutation) *domain.Error 
 		return nil
 	}
 	apply := s.fingerprintPolicy != FingerprintDeadLetter
-	if o, ok := s.obs.(ports.FingerprintObserver); ok {
-		o.MergeFingerprintMismatch(m.Merge.Profile, apply)
-	}
+	s.obs.MergeFingerprintMismatch(m.Merge.Profile, apply)
 	if apply {
 		s.log.Warn("applying a queued merge with a changed profile definition", "profile", m.Merge.Profile,
 			"queued_fingerprint", safeFingerprint(m.Merge.Fingerprint), "fingerprint", safeFingerprint(now), "mutation_id", m.ID)

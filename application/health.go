@@ -20,7 +20,8 @@ type Dependency struct {
 	Checker ports.HealthChecker
 }
 
-// HealthConfig configures the health monitor.
+// HealthConfig configures the health monitor (DefaultHealthConfig has the
+// defaults; NewHealthMonitor rejects zero values).
 type HealthConfig struct {
 	// Interval between two rounds of checks.
 	Interval time.Duration
@@ -197,6 +198,13 @@ func (m *HealthMonitor) Drain() {
 	m.draining = true
 	m.mu.Unlock()
 	m.publish(m.Status().Dependencies)
+}
+
+// Shutdown drains (see Drain) and then stops the periodic checks: the
+// process turns not ready first thing on shutdown.
+func (m *HealthMonitor) Shutdown() {
+	m.Drain()
+	m.Stop()
 }
 
 // Check runs one round of checks now, concurrently, each bounded by the

@@ -58,7 +58,7 @@ func queued(m domain.Mutation, id string, off int64) domain.Mutation {
 	return m
 }
 
-func markedService(t *testing.T, st ports.Storage, obs ports.Observer, mutate ...func(*application.Config)) *application.Service {
+func markedService(t *testing.T, st ports.Storage, obs application.Observer, mutate ...func(*application.Config)) *application.Service {
 	t.Helper()
 	opts := []application.Option{}
 	if obs != nil {
@@ -277,8 +277,12 @@ func TestApplySameBatchTwiceSkipsTheSecond(t *testing.T) {
 			if got := obs.deduplicated("worker/duplicate"); got != len(b) {
 				t.Fatalf("deduplicated{worker,duplicate} = %d, want %d", got, len(b))
 			}
-			applied := obs.count(func(o ports.OperationOutcome) bool { return o.Source == ports.SourceWorker && o.Status == "applied" })
-			skipped := obs.count(func(o ports.OperationOutcome) bool { return o.Source == ports.SourceWorker && o.Status == "skipped" })
+			applied := obs.count(func(o ports.OperationOutcome) bool {
+				return o.Source == ports.SourceWorker && o.Status == ports.StatusApplied
+			})
+			skipped := obs.count(func(o ports.OperationOutcome) bool {
+				return o.Source == ports.SourceWorker && o.Status == ports.StatusSkipped
+			})
 			if applied != len(b) || skipped != len(b) {
 				t.Fatalf("worker outcomes: %d applied, %d skipped, want %d each", applied, skipped, len(b))
 			}

@@ -3,23 +3,57 @@ package application
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
 )
 
-// Completion names used in observations.
-const (
-	completionWait     = "wait_until_applied"
-	completionAccepted = "return_after_accepted"
-)
+// Observer receives the service's measurements: those of its storage
+// calls, merges, operations and queued mutations (a metrics adapter
+// implements it; ports.NopObserver, the default, discards them).
+type Observer interface {
+	ports.StorageObserver
+	ports.MergeObserver
+	ports.OperationObserver
+	ports.QueueObserver
+}
 
-func (c Completion) label() string {
+// observed returns the completion mode of c as observed.
+func (c Completion) observed() ports.OperationCompletion {
 	if c == ReturnAfterAccepted {
-		return completionAccepted
+		return ports.CompletionReturnAfterAccepted
 	}
-	return completionWait
+	return ports.CompletionWaitUntilApplied
+}
+
+// observed returns s as an observed status.
+func (s Status) observed() ports.OperationStatus {
+	switch s {
+	case StatusApplied:
+		return ports.StatusApplied
+	case StatusAccepted:
+		return ports.StatusAccepted
+	case StatusFound:
+		return ports.StatusFound
+	case StatusNotFound:
+		return ports.StatusNotFound
+	case StatusPreconditionFailed:
+		return ports.StatusPreconditionFailed
+	case StatusFailed:
+		return ports.StatusFailed
+	default:
+		return ports.StatusUnspecified
+	}
+}
+
+// withError returns o with the code of e, if any.
+func withError(o ports.OperationOutcome, e *domain.Error) ports.OperationOutcome {
+	if e != nil {
+		o.HasError, o.Code = true, e.Code
+	}
+	return o
 }
 
 // verdicts records, per operation of a request, what the observers may
@@ -53,10 +87,9 @@ func (s *Service) observeReads(ctx context.Context, v verdicts, results []ReadRe
 	outcomes := make([]ports.OperationOutcome, len(results))
 	errs := make([]*domain.Error, len(results))
 	for i, r := range results {
-		outcomes[i] = ports.OperationOutcome{
-			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: "read",
-			Status: r.Status.String(), Code: codeName(r.Err),
-		}
+		outcomes[i] = withError(ports.OperationOutcome{
+			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: ports.OperationRead, Status: r.Status.observed(),
+		}, r.Err)
 		errs[i] = r.Err
 	}
 	s.obs.Operations(outcomes)
@@ -68,10 +101,10 @@ func (s *Service) observeMutations(ctx context.Context, useCase string, work []d
 	outcomes := make([]ports.OperationOutcome, len(results))
 	errs := make([]*domain.Error, len(results))
 	for i, r := range results {
-		outcomes[i] = ports.OperationOutcome{
-			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: work[i].Kind.String(),
-			Completion: completion.label(), Status: r.Status.String(), Code: codeName(r.Err),
-		}
+		outcomes[i] = withError(ports.OperationOutcome{
+			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: ports.OperationKindOf(work[i].Kind),
+			Completion: completion.observed(), Status: r.Status.observed(),
+		}, r.Err)
 		errs[i] = r.Err
 	}
 	s.obs.Operations(outcomes)
@@ -104,22 +137,23 @@ func (s *Service) observeApplied(work []domain.Mutation, valid []bool, outcomes 
 	out := make([]ports.OperationOutcome, len(outcomes))
 	var counts [domain.Superseded + 1]int
 	for i, o := range outcomes {
-		oc := ports.OperationOutcome{Source: ports.SourceWorker, Kind: work[i].Kind.String()}
+		oc := ports.OperationOutcome{Source: ports.SourceWorker, Kind: ports.OperationKindOf(work[i].Kind)}
 		if valid[i] {
 			oc.Dataset = work[i].Address.DatasetRef()
 		}
 		cov := domain.NotCovered
 		switch {
 		case o.Err == nil && results[i].Skipped:
-			oc.Status = statusSkipped
+			oc.Status = ports.StatusSkipped
 			cov = domain.Duplicate
 		case o.Err == nil && results[i].Status == StatusNotFound:
-			oc.Status = StatusNotFound.String()
+			oc.Status = ports.StatusNotFound
 		case o.Err == nil:
-			oc.Status = StatusApplied.String()
+			oc.Status = ports.StatusApplied
 		default:
 			e := domain.AsError(o.Err)
-			oc.Status, oc.Code = statusOf(e).String(), e.Code.String()
+			oc.Status = statusOf(e).observed()
+			oc = withError(oc, e)
 			if e.Code == domain.CodeSuperseded {
 				cov = domain.Superseded
 			}
@@ -138,10 +172,6 @@ func (s *Service) observeApplied(work []domain.Mutation, valid []bool, outcomes 
 	}
 }
 
-// statusSkipped is the observed status of a queued mutation found already
-// applied (see ports.OperationOutcome).
-const statusSkipped = "skipped"
-
 // logSkip writes the debug line of a queued mutation its record's mark
 // covered: its id, kind and log position, no client data.
 func (s *Service) logSkip(m *domain.Mutation, cov domain.Coverage) {
@@ -156,13 +186,6 @@ func (s *Service) logSkip(m *domain.Mutation, cov domain.Coverage) {
 	s.log.LogAttrs(ctx, slog.LevelDebug, msg,
 		slog.String("mutation_id", m.ID), slog.String("kind", m.Kind.String()), slog.String("coverage", cov.String()),
 		slog.String("log", m.Source.Log), slog.Int("partition", int(m.Source.Partition)), slog.Int64("offset", m.Source.Offset))
-}
-
-func codeName(e *domain.Error) string {
-	if e == nil {
-		return ""
-	}
-	return e.Code.String()
 }
 
 // logFailures writes one log line per failed operation class (error code)
@@ -259,7 +282,7 @@ func failureLevel(c domain.Code) slog.Level {
 
 // useCaseOf names the use case of mutate by the kinds it accepts.
 func useCaseOf(kinds []domain.MutationKind) string {
-	if kindIn(domain.MutationDelete, kinds) {
+	if slices.Contains(kinds, domain.MutationDelete) {
 		return "Delete"
 	}
 	return "Write"

@@ -21,7 +21,7 @@ type recordingObserver struct {
 	ports.NopObserver
 	mu        sync.Mutex
 	outcomes  []ports.OperationOutcome
-	calls     map[string]int
+	calls     map[ports.StorageCall]int
 	conflicts int
 	retries   int
 }
@@ -32,11 +32,11 @@ func (o *recordingObserver) Operations(out []ports.OperationOutcome) {
 	o.outcomes = append(o.outcomes, out...)
 }
 
-func (o *recordingObserver) StorageCall(call string, n int, _ time.Duration) {
+func (o *recordingObserver) StorageCall(call ports.StorageCall, n int, _ time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.calls == nil {
-		o.calls = map[string]int{}
+		o.calls = map[ports.StorageCall]int{}
 	}
 	o.calls[call] += n
 }
@@ -86,18 +86,19 @@ func TestOutcomesAreObservedPerOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	primary := domain.DatasetRef{Store: "primary", Namespace: "n", Dataset: "d"}
+	wait := ports.CompletionWaitUntilApplied
 	for _, c := range []struct {
 		want ports.OperationOutcome
 		n    int
 	}{
-		{ports.OperationOutcome{Dataset: primary, Kind: "put", Completion: "wait_until_applied", Status: "applied"}, 2},
-		{ports.OperationOutcome{Dataset: primary, Kind: "merge", Completion: "wait_until_applied", Status: "applied"}, 1},
+		{ports.OperationOutcome{Dataset: primary, Kind: ports.OperationPut, Completion: wait, Status: ports.StatusApplied}, 2},
+		{ports.OperationOutcome{Dataset: primary, Kind: ports.OperationMerge, Completion: wait, Status: ports.StatusApplied}, 1},
 		// Operations that did not pass validation carry no dataset (their
 		// names must not become labels).
-		{ports.OperationOutcome{Kind: "put", Completion: "wait_until_applied", Status: "failed", Code: "INVALID_ARGUMENT"}, 1},
-		{ports.OperationOutcome{Dataset: primary, Kind: "read", Status: "found"}, 1},
-		{ports.OperationOutcome{Dataset: primary, Kind: "read", Status: "not_found"}, 1},
-		{ports.OperationOutcome{Dataset: primary, Kind: "delete", Completion: "wait_until_applied", Status: "applied"}, 1},
+		{ports.OperationOutcome{Kind: ports.OperationPut, Completion: wait, Status: ports.StatusFailed, HasError: true, Code: domain.CodeInvalidArgument}, 1},
+		{ports.OperationOutcome{Dataset: primary, Kind: ports.OperationRead, Status: ports.StatusFound}, 1},
+		{ports.OperationOutcome{Dataset: primary, Kind: ports.OperationRead, Status: ports.StatusNotFound}, 1},
+		{ports.OperationOutcome{Dataset: primary, Kind: ports.OperationDelete, Completion: wait, Status: ports.StatusApplied}, 1},
 	} {
 		if got := obs.count(func(o ports.OperationOutcome) bool { return o == c.want }); got != c.n {
 			t.Errorf("%+v: %d, want %d (all: %+v)", c.want, got, c.n, obs.outcomes)
@@ -134,15 +135,13 @@ func TestWorkerOutcomesAreObserved(t *testing.T) {
 	bad.Merge.Profile = "missing"
 	s.ApplyMutations(context.Background(), []domain.Mutation{put("ok", 1), put("flaky", 2), bad})
 	primary := domain.DatasetRef{Store: "primary", Namespace: "n", Dataset: "d"}
-	worker := func(kind, status, code string) int {
-		return obs.count(func(o ports.OperationOutcome) bool {
-			return o == ports.OperationOutcome{Source: ports.SourceWorker, Dataset: primary, Kind: kind, Status: status, Code: code}
-		})
-	}
-	invalid := obs.count(func(o ports.OperationOutcome) bool {
-		return o == ports.OperationOutcome{Source: ports.SourceWorker, Kind: "merge", Status: "failed", Code: "INVALID_ARGUMENT"}
+	applied := obs.count(func(o ports.OperationOutcome) bool {
+		return o == ports.OperationOutcome{Source: ports.SourceWorker, Dataset: primary, Kind: ports.OperationPut, Status: ports.StatusApplied}
 	})
-	if worker("put", "applied", "") != 2 || invalid != 1 || obs.retries != 1 {
+	invalid := obs.count(func(o ports.OperationOutcome) bool {
+		return o == ports.OperationOutcome{Source: ports.SourceWorker, Kind: ports.OperationMerge, Status: ports.StatusFailed, HasError: true, Code: domain.CodeInvalidArgument}
+	})
+	if applied != 2 || invalid != 1 || obs.retries != 1 {
 		t.Fatalf("worker outcomes %+v, retries %d", obs.outcomes, obs.retries)
 	}
 }

@@ -39,14 +39,14 @@ func (s *Service) readStorage(ctx context.Context, addrs []domain.Address) []por
 func (s *Service) storageRead(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
 	start := time.Now()
 	got := s.storage.Read(ctx, addrs)
-	s.obs.StorageCall("read", len(addrs), time.Since(start))
+	s.obs.StorageCall(ports.StorageRead, len(addrs), time.Since(start))
 	return got
 }
 
 // runReads is the read combiner's batch: one storage read for the reads of
 // every caller in it, split back in order.
 func (s *Service) runReads(batch []*waiter[*readJob]) {
-	s.obs.Combined("read", len(batch))
+	s.obs.Combined(ports.StorageRead, len(batch))
 	if len(batch) == 1 {
 		j := batch[0].item
 		j.out = s.storageRead(batch[0].ctx, j.addrs)

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -31,7 +32,7 @@ type Service struct {
 	admission ports.Admission
 	log       *slog.Logger
 	now       func() time.Time
-	obs       ports.Observer
+	obs       Observer
 	// requirePrincipal: see RequirePrincipal (authorize.go).
 	requirePrincipal bool
 	// fingerprintPolicy: see WithFingerprintPolicy (fingerprint.go).
@@ -53,7 +54,7 @@ func WithQueue(q ports.MutationQueue) Option { return func(s *Service) { s.queue
 func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.log = l } }
 
 // WithObserver sets the observer that receives measurements.
-func WithObserver(o ports.Observer) Option { return func(s *Service) { s.obs = o } }
+func WithObserver(o Observer) Option { return func(s *Service) { s.obs = o } }
 
 // WithAdmission makes the service ask a before doing any work for a
 // request: it is asked once per request, with the operations that passed
@@ -273,7 +274,7 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	for i := range work {
 		m := &work[i]
 		ref := requestRef(i, m.Kind)
-		if !kindIn(m.Kind, kinds) {
+		if !slices.Contains(kinds, m.Kind) {
 			results[i] = failed(invalid(ref, "kind", "must be one of %s, got %s", kindNames(kinds), m.Kind))
 			continue
 		}
@@ -366,15 +367,6 @@ func kindNames(kinds []domain.MutationKind) string {
 		names[i] = k.String()
 	}
 	return strings.Join(names, " or ")
-}
-
-func kindIn(k domain.MutationKind, kinds []domain.MutationKind) bool {
-	for _, x := range kinds {
-		if k == x {
-			return true
-		}
-	}
-	return false
 }
 
 // submit enqueues the valid mutations and fills in their results.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/ctxtime"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -104,7 +105,7 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 			break
 		}
 		s.obs.ApplyRetry(d)
-		if !sleep(ctx, d) {
+		if !ctxtime.Sleep(ctx, d) {
 			for _, i := range retry {
 				if overBudget() {
 					outcomes[i].Err = parked(i, attempt)

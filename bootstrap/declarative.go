@@ -7,7 +7,6 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/declarative"
-	"github.com/sink-io/sink/adapters/mergepatch"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -25,9 +24,9 @@ func loadDeclarativeProfiles(cfg Config, log *slog.Logger) ([]ports.MergeProfile
 	if cfg.MergeProfilesFile == "" {
 		return nil, nil
 	}
-	ps, err := LoadMergeProfilesFile(cfg, cfg.MergeProfilesFile)
+	ps, err := declarative.LoadFile(cfg.MergeProfilesFile, cfg.MergeProfilesOptions())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cannot load SINK_MERGE_PROFILES_FILE: %w", err)
 	}
 	out := make([]ports.MergeProfile, len(ps))
 	for i, p := range ps {
@@ -35,18 +34,4 @@ func loadDeclarativeProfiles(cfg Config, log *slog.Logger) ([]ports.MergeProfile
 		log.Info("loaded merge profile", "profile", p.Name(), "fingerprint", p.Fingerprint(), "origin", p.Origin())
 	}
 	return out, nil
-}
-
-// LoadMergeProfilesFile loads a declarative merge profiles file with the
-// limits of cfg (nesting depth, document size), refusing the names of the
-// built-in profiles. The sink CLI's profiles commands use it too.
-func LoadMergeProfilesFile(cfg Config, file string) ([]*declarative.Profile, error) {
-	ps, err := declarative.LoadFile(file, declarative.Options{
-		Limits:   declarative.Limits{MaxDepth: cfg.MaxNestingDepth, MaxDocumentBytes: cfg.MaxDocumentBytes},
-		Reserved: map[string]string{mergepatch.Name: "built-in"},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cannot load SINK_MERGE_PROFILES_FILE: %w", err)
-	}
-	return ps, nil
 }

@@ -1,9 +1,7 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -113,78 +111,6 @@ func (namedProfile) Merge(context.Context, ports.MergeInput) (domain.Document, e
 	return domain.Document{}, nil
 }
 
-func TestProfilesCommand(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := ProfilesMain([]string{"check", "../examples/profiles.yaml"}, &out, &errOut); code != 0 {
-		t.Fatalf("check: %d %s", code, errOut.String())
-	}
-	var checked struct {
-		Valid    bool
-		Profiles []struct{ Name, Fingerprint string }
-	}
-	if err := json.Unmarshal(out.Bytes(), &checked); err != nil || !checked.Valid || len(checked.Profiles) < 4 || !strings.HasPrefix(checked.Profiles[0].Fingerprint, "sha256:") {
-		t.Fatalf("check output %s (%v)", out.String(), err)
-	}
-
-	out.Reset()
-	bad := writeProfiles(t, "profiles:\n  - name: a\n    rules: [{op: nope}, {op: set, path: x, value: '1'}]\n")
-	if code := ProfilesMain([]string{"check", bad}, &out, &errOut); code != 1 {
-		t.Fatalf("check of a bad file: exit %d", code)
-	}
-	var problems struct {
-		Valid    bool
-		Problems []struct {
-			File, Profile, Message string
-			Line                   int
-			Rule                   *int
-		}
-	}
-	if err := json.Unmarshal(out.Bytes(), &problems); err != nil || problems.Valid || len(problems.Problems) != 2 || *problems.Problems[1].Rule != 1 || problems.Problems[1].Line != 3 {
-		t.Fatalf("check output %s (%v)", out.String(), err)
-	}
-
-	for _, c := range []struct {
-		args []string
-		want string
-		code int
-	}{
-		{[]string{"apply", "../examples/profiles.yaml", "counter", "--current", `{"n":1,"merges":4}`, "--intent", `{"by":2}`}, `{"n":3,"merges":5}`, 0},
-		{[]string{"apply", "../examples/profiles.yaml", "counter", "--intent", `{}`}, `{"n":1,"merges":1}`, 0},
-		{[]string{"apply", "--bson", "../examples/profiles.yaml", "counter", "--current", `{"n":{"$numberLong":"1"}}`, "--intent", `{"by":2}`}, `{"n":3,"merges":1}`, 0},
-		{[]string{"apply", "../examples/profiles.yaml", "order-status", "--current", `{"status":"new"}`, "--intent", `{"status":"shipped"}`}, "", 1},
-		{[]string{"apply", "../examples/profiles.yaml", "nope", "--intent", `{}`}, "", 1},
-		{[]string{"apply", "../examples/profiles.yaml", "counter"}, "", 2},
-	} {
-		out.Reset()
-		errOut.Reset()
-		code := ProfilesMain(c.args, &out, &errOut)
-		if code != c.code {
-			t.Fatalf("%v: exit %d, want %d (%s)", c.args, code, c.code, errOut.String())
-		}
-		if c.want != "" {
-			var got, want any
-			if json.Unmarshal(out.Bytes(), &got) != nil || json.Unmarshal([]byte(c.want), &want) != nil {
-				t.Fatalf("%v: output %s", c.args, out.String())
-			}
-			g, _ := json.Marshal(got)
-			w, _ := json.Marshal(want)
-			if !bytes.Equal(g, w) {
-				t.Fatalf("%v: got %s, want %s", c.args, g, w)
-			}
-		}
-	}
-}
-
-// The sink binary's command switch reaches the profiles command.
-func TestMainHasProfilesCommand(t *testing.T) {
-	if code := Main([]string{"profiles", "help"}); code != 0 {
-		t.Fatalf("sink profiles help: exit %d", code)
-	}
-	if code := Main([]string{"profiles", "check", "../examples/profiles.yaml"}); code != 0 {
-		t.Fatalf("sink profiles check: exit %d", code)
-	}
-}
-
 func TestMergeFingerprintPolicyIsValidated(t *testing.T) {
 	if _, err := LoadConfig(map[string]string{"SINK_MERGE_FINGERPRINT_POLICY": "ignore"}); err == nil || !strings.Contains(err.Error(), `SINK_MERGE_FINGERPRINT_POLICY must be apply or dead-letter, got "ignore"`) {
 		t.Fatalf("bad policy: %v", err)
@@ -197,5 +123,15 @@ func TestMergeFingerprintPolicyIsValidated(t *testing.T) {
 	cfg, err := LoadConfig(nil)
 	if err != nil || cfg.MergeFingerprintPolicy != "apply" || cfg.MergeProfilesFile != "" {
 		t.Fatalf("defaults: %+v %v", cfg, err)
+	}
+}
+
+// Main hands its arguments to the sink command switch (internal/cli).
+func TestMainRunsCommands(t *testing.T) {
+	if code := Main([]string{"profiles", "check", "../examples/profiles.yaml"}); code != 0 {
+		t.Fatalf("sink profiles check: exit %d", code)
+	}
+	if code := Main([]string{"profiles", "check", filepath.Join(t.TempDir(), "missing.yaml")}); code != 1 {
+		t.Fatalf("sink profiles check of a missing file: exit %d, want 1", code)
 	}
 }

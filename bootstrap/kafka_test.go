@@ -1,9 +1,6 @@
 package bootstrap
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,19 +10,17 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/kafka"
-	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/testkit"
 	"github.com/sink-io/sink/ports"
 )
 
 func kafkaEnv(mode string) map[string]string {
-	return map[string]string{
-		"SINK_MODE":           mode,
-		"SINK_GRPC_ADDRESS":   "127.0.0.1:0",
-		"SINK_HTTP_ADDRESS":   "127.0.0.1:0",
-		"SINK_KAFKA_BROKERS":  "127.0.0.1:1",
-		"SINK_KAFKA_TOPIC":    "muts",
-		"SINK_KAFKA_GROUP_ID": "workers",
-	}
+	return testkit.Env(
+		"SINK_MODE", mode,
+		"SINK_KAFKA_BROKERS", "127.0.0.1:1",
+		"SINK_KAFKA_TOPIC", "muts",
+		"SINK_KAFKA_GROUP_ID", "workers",
+	)
 }
 
 // Every role assembles; worker and all get one Kafka client and the
@@ -59,7 +54,7 @@ func TestRolesAssemble(t *testing.T) {
 			cl.Close()
 		})
 	}
-	cfg, _ := LoadConfig(map[string]string{"SINK_MODE": ModeServer, "SINK_GRPC_ADDRESS": "127.0.0.1:0"})
+	cfg, _ := LoadConfig(testkit.Env("SINK_MODE", ModeServer))
 	var q ports.MutationQueue
 	if _, err := New(cfg, quiet, fx.Populate(&q)); err == nil {
 		t.Fatal("a server without Kafka provides a mutation queue")
@@ -71,81 +66,5 @@ func TestRoleNeedsKafkaForWorkers(t *testing.T) {
 		if _, err := Role(Config{Mode: mode}); err == nil || !strings.Contains(err.Error(), "SINK_KAFKA_GROUP_ID") {
 			t.Errorf("%s without Kafka: %v", mode, err)
 		}
-	}
-}
-
-func TestDeadLetterCommandErrors(t *testing.T) {
-	cfg, err := LoadConfig(kafkaEnv(ModeServer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ue usageError
-	for _, args := range [][]string{
-		{},
-		{"frobnicate"},
-		{"list", "extra"},
-		{"list", "--nope"},
-		{"replay"},
-		{"replay", "--all", "--id", "x"},
-	} {
-		var out bytes.Buffer
-		if err := DeadLetter(context.Background(), cfg, args, &out); !errors.As(err, &ue) {
-			t.Errorf("%q: got %v, want a usage error", args, err)
-		}
-	}
-	noKafka, _ := LoadConfig(map[string]string{})
-	if err := DeadLetter(context.Background(), noKafka, []string{"list"}, io.Discard); err == nil || !strings.Contains(err.Error(), "SINK_KAFKA_BROKERS") {
-		t.Errorf("without Kafka: %v", err)
-	}
-}
-
-func letter(p int32, off int64, id string, decodable bool) kafka.DeadLetter {
-	d := kafka.DeadLetter{Partition: p, Offset: off, MutationID: id}
-	if decodable {
-		d.Mutation = &domain.Mutation{ID: id, Kind: domain.MutationDelete}
-	} else {
-		d.DecodeError = "bad"
-	}
-	return d
-}
-
-func TestSelectDeadLetters(t *testing.T) {
-	letters := []kafka.DeadLetter{
-		letter(0, 0, "a", true),
-		letter(0, 1, "", false),
-		letter(0, 2, "b", true),
-		letter(1, 0, "c", true),
-		letter(1, 2, "a", true), // a dead-lettered again after a replay
-	}
-	pos := func(ds []kafka.DeadLetter) string {
-		var s []string
-		for _, d := range ds {
-			s = append(s, d.MutationID+"@"+string(rune('0'+d.Partition))+"/"+string(rune('0'+d.Offset)))
-		}
-		return strings.Join(s, " ")
-	}
-	got, err := selectDeadLetters(letters, true, "", "", io.Discard)
-	if err != nil || pos(got) != "b@0/2 c@1/0 a@1/2" {
-		t.Errorf("--all: %s, %v", pos(got), err)
-	}
-	got, err = selectDeadLetters(letters, false, "", "a,c", io.Discard)
-	if err != nil || pos(got) != "c@1/0 a@1/2" {
-		t.Errorf("--id a,c: %s, %v", pos(got), err)
-	}
-	if _, err := selectDeadLetters(letters, false, "1:2,2", "", io.Discard); err == nil || !strings.Contains(err.Error(), "2 partitions") {
-		t.Errorf("--offset 2 (in partitions 0 and 1): %v, want an ambiguity error", err)
-	}
-	got, err = selectDeadLetters(letters, false, "1:2,0:2", "", io.Discard)
-	if err != nil || pos(got) != "b@0/2 a@1/2" {
-		t.Errorf("--offset 1:2,0:2: %s, %v", pos(got), err)
-	}
-	if _, err := selectDeadLetters(letters, false, "0:1", "", io.Discard); err == nil || !strings.Contains(err.Error(), "undecodable") {
-		t.Errorf("--offset of an undecodable record: %v", err)
-	}
-	if _, err := selectDeadLetters(letters, false, "7", "", io.Discard); err == nil {
-		t.Error("--offset 7 found something")
-	}
-	if _, err := selectDeadLetters(letters, false, "", "zzz", io.Discard); err == nil {
-		t.Error("--id zzz found something")
 	}
 }

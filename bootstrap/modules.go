@@ -11,16 +11,14 @@ package bootstrap
 import (
 	"io"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 	"google.golang.org/grpc/health"
 
-	sinkgrpc "github.com/sink-io/sink/adapters/grpc"
 	"github.com/sink-io/sink/adapters/mergepatch"
+	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/ports"
 )
@@ -83,7 +81,7 @@ type serviceParams struct {
 	Storage  ports.Storage
 	Profiles []ports.MergeProfile `group:"merge_profiles"`
 	Queue    ports.MutationQueue  `optional:"true"`
-	Observer ports.Observer       `optional:"true"` // ObservabilityModule
+	Observer application.Observer `optional:"true"` // ObservabilityModule
 }
 
 // ApplicationModule provides the application service.
@@ -100,35 +98,13 @@ func ApplicationModule() fx.Option {
 			if p.Config.Auth.Enabled() {
 				opts = append(opts, application.RequirePrincipal())
 			}
-			if rl := p.Config.rateLimit(); rl.Enabled() {
+			if rl := p.Config.RateLimits(); rl.Enabled() {
 				opts = append(opts, application.WithAdmission(sinkgrpc.NewRateLimiter(p.Config.Store, rl)))
 			}
 			return application.NewService(p.Config.Application(), p.Storage, p.Profiles, opts...)
 		}),
 	)
 }
-
-// endpoint holds the address a listener bound to, once it started.
-type endpoint struct {
-	mu   sync.Mutex
-	addr net.Addr
-}
-
-// Addr returns the bound address (nil before start).
-func (e *endpoint) Addr() net.Addr {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.addr
-}
-
-func (e *endpoint) set(a net.Addr) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.addr = a
-}
-
-// GRPCEndpoint exposes the address the gRPC server listens on, once started.
-type GRPCEndpoint struct{ endpoint }
 
 // GRPCModule serves the Sink API, health and reflection with the limits of
 // GRPCConfig. The listener opens in OnStart (so start-up fails clearly when
@@ -139,10 +115,10 @@ func GRPCModule() fx.Option {
 		securityProviders(),
 		fx.Provide(
 			func() *health.Server { return health.NewServer() },
-			func() *GRPCEndpoint { return &GRPCEndpoint{} },
 			func(svc *application.Service) *sinkgrpc.Server { return sinkgrpc.NewServer(svc) },
-			newGRPCServer, // grpcserver.go
+			newGRPCListener, // grpcserver.go
 		),
-		fx.Invoke(serveGRPC),
+		// The listener opens on start; on stop it drains (sinkgrpc.Listener.Stop).
+		fx.Invoke(func(lc fx.Lifecycle, l *sinkgrpc.Listener) { lc.Append(fx.StartStopHook(l.Start, l.Stop)) }),
 	)
 }

@@ -14,20 +14,20 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/adapters/mongodb"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/mongotest"
+	"github.com/sink-io/sink/internal/testkit"
+	"github.com/sink-io/sink/internal/testkit/mongotest"
 	"github.com/sink-io/sink/ports"
 )
 
 func mongoConfig(t *testing.T, env map[string]string) Config {
 	t.Helper()
-	full := map[string]string{"SINK_GRPC_ADDRESS": "127.0.0.1:0", "SINK_SHUTDOWN_TIMEOUT": "20s"}
+	full := testkit.Env("SINK_SHUTDOWN_TIMEOUT", "20s")
 	for k, v := range env {
 		full[k] = v
 	}
@@ -68,33 +68,7 @@ func TestMongoStartupFailureNamesHostButNotPassword(t *testing.T) {
 	}
 }
 
-func TestScrubURIAndHosts(t *testing.T) {
-	cases := []struct{ uri, hosts string }{
-		{"mongodb://u:secret@db1:27017,db2:27018/app?replicaSet=rs0", "db1:27017,db2:27018"},
-		{"mongodb+srv://u:secret@cluster.example.net/?tls=true", "cluster.example.net"},
-		{"mongodb://db", "db"},
-		{"mongodb://u:sec%40ret@db/", "db"},
-		// The driver takes '?' in the password as part of it (issue 9: the
-		// old cut at the first '?' gave the host "sink:Ab").
-		{"mongodb://sink:Ab?Cd9xyz@127.0.0.1:1/", "127.0.0.1:1"},
-		{"mongodb://sink:Ab?Cd9xyz@127.0.0.1:1/?appName=x", "127.0.0.1:1"},
-	}
-	for _, c := range cases {
-		if got := mongoHosts(c.uri); got != c.hosts {
-			t.Errorf("hosts of %q = %q, want %q", c.uri, got, c.hosts)
-		}
-	}
-	// Hosts are hidden rather than guessed when the URI is malformed or the
-	// user info ambiguous (a raw '@' in the password).
-	for _, uri := range []string{"mongodb://u:se:cret@bad host/\x7f", "mongodb://u:p@Hx8m/Zp4t@db/", "http://db/"} {
-		if got := mongoHosts(uri); !strings.HasPrefix(got, "(not shown") {
-			t.Errorf("hosts of %q = %q, want them not shown", uri, got)
-		}
-	}
-	msg := scrubURI("driver said: mongodb://u:secret@db/ / secret / sec%40ret", "mongodb://u:secret@db/")
-	if strings.Contains(msg, "secret") {
-		t.Errorf("scrubbed message leaks: %s", msg)
-	}
+func TestMalformedMongoURIFailsAssemblyWithoutPassword(t *testing.T) {
 	// A malformed URI fails at assembly without echoing the password.
 	cfg := mongoConfig(t, map[string]string{"SINK_MONGODB_URI": "mongodb://u:hidden-pw@db:notaport/"})
 	_, err := New(cfg, slog.New(slog.DiscardHandler))
@@ -168,12 +142,12 @@ func TestMongoPasswordsNeverLeak(t *testing.T) {
 				t.Errorf("start-up error %q", err)
 			}
 			// The health monitor's answer for a down database is the store's ping error.
-			client, cerr := mongo.Connect(options.Client().ApplyURI(uri))
+			conn, cerr := mongodb.NewConnection(mongodb.ConnectionConfig{URI: uri})
 			if cerr != nil {
 				t.Fatalf("the driver took the URI for the app but not here: %v", cerr)
 			}
-			defer func() { _ = client.Disconnect(context.Background()) }()
-			st, serr := newStorage(cfg, log, &mongoConn{client: client})
+			defer func() { _ = conn.Stop(context.Background()) }()
+			st, serr := newStorage(cfg, log, &mongoConn{conn: conn}, nil)
 			if serr != nil {
 				t.Fatal(serr)
 			}

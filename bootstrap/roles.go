@@ -2,15 +2,13 @@ package bootstrap
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"go.uber.org/fx"
 
-	"github.com/sink-io/sink/client/cli"
+	"github.com/sink-io/sink/internal/cli"
 )
 
 // Server is the server role: the gRPC API over storage.
@@ -33,22 +31,20 @@ func All() fx.Option {
 // Role returns the modules of the configured mode. The server role gets
 // the mutation queue (RETURN_AFTER_ACCEPTED) when Kafka is configured.
 func Role(cfg Config) (fx.Option, error) {
+	// The same check as LoadConfig's, for configurations built in code.
+	if err := cfg.CheckMode(); err != nil {
+		return nil, err
+	}
 	switch cfg.Mode {
 	case ModeServer:
 		if cfg.Kafka.Enabled() {
 			return fx.Options(Server(), KafkaModule()), nil
 		}
 		return Server(), nil
-	case ModeWorker, ModeAll:
-		if !cfg.Kafka.Enabled() || cfg.Kafka.GroupID == "" {
-			return nil, fmt.Errorf("SINK_MODE=%s needs the Kafka mutation queue: set SINK_KAFKA_BROKERS, SINK_KAFKA_TOPIC and SINK_KAFKA_GROUP_ID", cfg.Mode)
-		}
-		if cfg.Mode == ModeWorker {
-			return Worker(), nil
-		}
+	case ModeWorker:
+		return Worker(), nil
+	default: // ModeAll
 		return All(), nil
-	default:
-		return nil, fmt.Errorf("unknown SINK_MODE %q", cfg.Mode)
 	}
 }
 
@@ -64,6 +60,7 @@ func New(cfg Config, log *slog.Logger, extra ...fx.Option) (*fx.App, error) {
 		// Before the role: its HTTP endpoint opens first and closes last;
 		// readiness is checked after everything started (observability.go).
 		ObservabilityModule(),
+		TracingModule(), // tracing.go
 		role,
 		fx.StartTimeout(cfg.ShutdownTimeout),
 		fx.StopTimeout(cfg.ShutdownTimeout),
@@ -113,58 +110,9 @@ func Run(stderr io.Writer, extra ...fx.Option) error {
 }
 
 // Main is the entry point of the sink binary and of custom binaries: it
-// runs the subcommand named by args (none: the configured role) and returns
-// the process exit code.
+// runs the subcommand named by args (internal/cli; none: the configured
+// role, with extra added to its fx application) and returns the process
+// exit code.
 func Main(args []string, extra ...fx.Option) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "-h", "--help", "help":
-			fmt.Fprint(os.Stdout, usage)
-			return 0
-		case "config-table":
-			fmt.Fprint(os.Stdout, ConfigTable())
-			return 0
-		case "dead-letter":
-			return DeadLetterMain(args[1:], os.Stdout, os.Stderr)
-		case "read", "put", "merge", "delete":
-			return cli.Main(args)
-		case "health":
-			return cli.Health(args[1:], cli.IO{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv})
-		case "hash-token":
-			return HashTokenMain(args[1:], os.Stdin, os.Stdout, os.Stderr)
-		case "profiles":
-			return ProfilesMain(args[1:], os.Stdout, os.Stderr)
-		default:
-			fmt.Fprintf(os.Stderr, "sink: unknown command %q\n\n%s", args[0], usage)
-			return 2
-		}
-	}
-	if err := Run(os.Stderr, extra...); err != nil {
-		var ce *ConfigError
-		if errors.As(err, &ce) {
-			fmt.Fprintln(os.Stderr, "sink:", err)
-			return 2
-		}
-		fmt.Fprintln(os.Stderr, "sink:", err)
-		return 1
-	}
-	return 0
+	return cli.Main(args, cli.StdIO(), func(stderr io.Writer) error { return Run(stderr, extra...) })
 }
-
-const usage = `Usage: sink [command]
-
-Without a command, sink runs the role named by SINK_MODE (server, worker or all),
-configured from SINK_* environment variables (see the README), until SIGINT or SIGTERM.
-
-Commands:
-  config-table   print the configuration reference (Markdown)
-  dead-letter    list or replay dead-lettered mutations (sink dead-letter help)
-  read           read a record from a running Sink (sink read --help)
-  put            write a document (sink put --help)
-  merge          merge an intent into a record (sink merge --help)
-  delete         delete a record (sink delete --help)
-  health         exit 0 when a role's /readyz answers 200: a container health check (sink health --help)
-  hash-token     hash a bearer token for SINK_AUTH_TOKEN_FILE (sink hash-token --help)
-  profiles       check a merge profiles file or try a merge without a server (sink profiles help)
-  help           show this help
-`

@@ -1,11 +1,7 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,239 +9,78 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/auth"
-	"github.com/sink-io/sink/integration/testcerts"
+	"github.com/sink-io/sink/internal/envconfig"
+	"github.com/sink-io/sink/internal/testkit/testcerts"
 )
 
-func TestSecurityProblemsAreReportedAtOnce(t *testing.T) {
+// messages is a slog handler that passes the messages it receives on.
+type messages chan string
+
+func (m messages) Enabled(context.Context, slog.Level) bool { return true }
+func (m messages) WithAttrs([]slog.Attr) slog.Handler       { return m }
+func (m messages) WithGroup(string) slog.Handler            { return m }
+func (m messages) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case m <- r.Message:
+	default:
+	}
+	return nil
+}
+
+// securityProviders turns the TLS files into gRPC credentials, the
+// authorization file into the authentication interceptors, and watches
+// the file while the app runs.
+func TestSecurityProvidersCompose(t *testing.T) {
 	ca := testcerts.NewCA(t, "ca")
-	a, b := ca.Server(t, "a"), ca.Server(t, "b")
-	badAuth := filepath.Join(t.TempDir(), "auth.json")
-	if err := os.WriteFile(badAuth, []byte(`{"principals":[{"name":"x","grants":[]}]}`), 0o600); err != nil {
+	srv := ca.Server(t, "server")
+	authFile := filepath.Join(t.TempDir(), "auth.json")
+	authJSON := func(token string) []byte {
+		return []byte(`{"principals":[{"name":"a","token_hashes":["` + auth.HashToken(token) + `"],"grants":[{"rights":["read"]}]}]}`)
+	}
+	if err := os.WriteFile(authFile, authJSON("token-1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := LoadConfig(map[string]string{
-		"SINK_TLS_CERT_FILE":          a.CertFile,
-		"SINK_TLS_KEY_FILE":           b.KeyFile, // not a's key
-		"SINK_TLS_CLIENT_CA_FILE":     "/nonexistent/ca.pem",
-		"SINK_AUTH_TOKEN_FILE":        badAuth,
-		"SINK_AUTH_RELOAD_INTERVAL":   "0s",
-		"SINK_RATE_LIMIT_OPS":         "-1",
-		"SINK_RATE_LIMIT_BYTES_BURST": "5000",
-		"SINK_RATE_LIMIT_BYTES":       "0",
-		"SINK_KAFKA_TLS_CA_FILE":      ca.CertFile,
-		"SINK_KAFKA_SASL_MECHANISM":   "SCRAM-SHA-256",
-		"SINK_KAFKA_SASL_USERNAME":    "sink",
-	})
-	if err == nil {
-		t.Fatal("invalid security settings accepted")
-	}
-	for _, want := range []string{
-		"SINK_TLS_CERT_FILE and SINK_TLS_KEY_FILE: cannot load the certificate and key",
-		`SINK_TLS_CLIENT_CA_FILE: cannot read "/nonexistent/ca.pem": no such file or directory`,
-		"has neither token_hashes nor certificate_identities",
-		"SINK_AUTH_RELOAD_INTERVAL must be positive",
-		"SINK_RATE_LIMIT_OPS must not be negative",
-		"SINK_RATE_LIMIT_BYTES_BURST is set but SINK_RATE_LIMIT_BYTES is not",
-		"SINK_KAFKA_TLS_CA_FILE is set but SINK_KAFKA_TLS_ENABLED is not true",
-		"SINK_KAFKA_SASL_MECHANISM=SCRAM-SHA-256 needs SINK_KAFKA_SASL_PASSWORD",
-	} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("missing problem %q in:\n%v", want, err)
-		}
-	}
-
-	_, err = LoadConfig(map[string]string{
-		"SINK_TLS_KEY_FILE":           a.KeyFile,
-		"SINK_TLS_CLIENT_CA_FILE":     ca.CertFile,
-		"SINK_RATE_LIMIT_OPS":         "100",
-		"SINK_RATE_LIMIT_OPS_BURST":   "10", // below SINK_MAX_OPERATIONS
-		"SINK_KAFKA_TLS_ENABLED":      "true",
-		"SINK_KAFKA_TLS_CERT_FILE":    a.CertFile,
-		"SINK_KAFKA_SASL_MECHANISM":   "GSSAPI",
-		"SINK_KAFKA_SASL_PASSWORD":    "hunter2-very-secret",
-		"SINK_KAFKA_SASL_USERNAME":    "sink",
-		"SINK_KAFKA_BROKERS":          "b:9092",
-		"SINK_KAFKA_TOPIC":            "t",
-		"SINK_MONGODB_URI":            "mongodb://sink:mongo-password@db:27017/?tls=true",
-		"SINK_MONGODB_HIDDEN_FIELD":   "a.b",
-		"SINK_KAFKA_MAX_POLL_RECORDS": "x",
-	})
-	if err == nil {
-		t.Fatal("invalid settings accepted")
-	}
-	for _, want := range []string{
-		"SINK_TLS_KEY_FILE is set but SINK_TLS_CERT_FILE is not",
-		"SINK_TLS_CLIENT_CA_FILE (mutual TLS) needs TLS",
-		"SINK_RATE_LIMIT_OPS_BURST (10) must not be below SINK_MAX_OPERATIONS (1000)",
-		"SINK_KAFKA_TLS_CERT_FILE is set but SINK_KAFKA_TLS_KEY_FILE is not",
-		`SINK_KAFKA_SASL_MECHANISM must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got "GSSAPI"`,
-	} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("missing problem %q in:\n%v", want, err)
-		}
-	}
-	for _, secret := range []string{"hunter2-very-secret", "mongo-password"} {
-		if strings.Contains(err.Error(), secret) {
-			t.Errorf("the configuration error reveals a secret:\n%v", err)
-		}
-	}
-}
-
-func TestSecretsAreRedacted(t *testing.T) {
-	cfg, err := LoadConfig(map[string]string{
-		"SINK_KAFKA_BROKERS": "b:9092", "SINK_KAFKA_TOPIC": "t",
-		"SINK_KAFKA_SASL_MECHANISM": "PLAIN", "SINK_KAFKA_SASL_USERNAME": "sink", "SINK_KAFKA_SASL_PASSWORD": "hunter2-very-secret",
+	cfg, err := envconfig.Load(map[string]string{
+		"SINK_TLS_CERT_FILE": srv.CertFile, "SINK_TLS_KEY_FILE": srv.KeyFile, "SINK_TLS_CLIENT_CA_FILE": ca.CertFile,
+		"SINK_AUTH_TOKEN_FILE": authFile, "SINK_AUTH_RELOAD_INTERVAL": "10ms",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Kafka.Security.SASLPassword.Reveal() != "hunter2-very-secret" {
-		t.Fatal("the password was not read")
-	}
-	var logs bytes.Buffer
-	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "cfg", cfg, "password", cfg.Kafka.Security.SASLPassword)
-	j, _ := json.Marshal(cfg)
-	for name, s := range map[string]string{
-		"%v": fmt.Sprintf("%v", cfg), "%+v": fmt.Sprintf("%+v", cfg), "%#v": fmt.Sprintf("%#v", cfg),
-		"slog": logs.String(), "json": string(j),
-	} {
-		if strings.Contains(s, "hunter2") {
-			t.Errorf("%s shows the password: %s", name, s)
-		}
-		if !strings.Contains(s, "[redacted]") {
-			t.Errorf("%s does not show [redacted]: %s", name, s)
-		}
-	}
-}
-
-// KafkaSecurityOpts must produce options that really authenticate: a
-// client built with them talks to a TLS + SASL broker (kfake) with every
-// mechanism, and a wrong password is refused.
-func TestKafkaSecurityOptsAgainstATLSAndSASLBroker(t *testing.T) {
-	ca := testcerts.NewCA(t, "kafka-ca")
-	srv := ca.Server(t, "broker")
-	cluster, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{srv.TLS}, MinVersion: tls.VersionTLS12}),
-		kfake.EnableSASL(),
-		kfake.Superuser(SASLPlain, "plain-user", "plain-pass"),
-		kfake.Superuser(SASLScramSHA256, "scram256-user", "scram256-pass"),
-		kfake.Superuser(SASLScramSHA512, "scram512-user", "scram512-pass"),
-	)
-	if err != nil {
+	logs := make(messages, 100)
+	var out GRPCServerOptions
+	app := fx.New(fx.NopLogger, fx.Supply(cfg, slog.New(logs)), securityProviders(), fx.Populate(&out))
+	if err := app.Err(); err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
-	ping := func(sec KafkaSecurityConfig) error {
-		opts, err := KafkaSecurityOpts(sec)
-		if err != nil {
-			return err
-		}
-		cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RetryTimeout(2*time.Second))...)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return cl.Ping(ctx)
+	// TLS credentials, then the tap handle and the two interceptors.
+	if len(out.Options) != 4 {
+		t.Fatalf("%d server options", len(out.Options))
 	}
-	for _, c := range []struct{ mech, user, pass string }{
-		{SASLPlain, "plain-user", "plain-pass"},
-		{SASLScramSHA256, "scram256-user", "scram256-pass"},
-		{SASLScramSHA512, "scram512-user", "scram512-pass"},
-	} {
-		sec := KafkaSecurityConfig{TLSEnabled: true, TLSCAFile: ca.CertFile, SASLMechanism: c.mech, SASLUsername: c.user, SASLPassword: Secret(c.pass)}
-		if err := sec.validate(); err != nil {
-			t.Fatalf("%s: %v", c.mech, err)
-		}
-		if err := ping(sec); err != nil {
-			t.Errorf("%s: %v", c.mech, err)
-		}
-		sec.SASLPassword = "wrong"
-		if err := ping(sec); err == nil {
-			t.Errorf("%s: a wrong password was accepted", c.mech)
-		}
-	}
-	// Without the CA the broker's certificate is not trusted.
-	if err := ping(KafkaSecurityConfig{TLSEnabled: true, SASLMechanism: SASLPlain, SASLUsername: "plain-user", SASLPassword: "plain-pass"}); err == nil {
-		t.Error("an untrusted broker certificate was accepted")
-	}
-	if opts, err := KafkaSecurityOpts(KafkaSecurityConfig{}); err != nil || len(opts) != 0 {
-		t.Errorf("no security settings: %d options, %v", len(opts), err)
-	}
-}
-
-func TestHashTokenCommand(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := HashTokenMain(nil, strings.NewReader("secret\n"), &out, &errOut); code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut.String())
-	}
-	if got := strings.TrimSpace(out.String()); got != auth.HashToken("secret") {
-		t.Fatalf("hash-token printed %q", got)
-	}
-	out.Reset()
-	if code := HashTokenMain([]string{"--generate"}, nil, &out, &errOut); code != 0 {
-		t.Fatalf("--generate: exit %d", code)
-	}
-	var token, hash string
-	if _, err := fmt.Sscanf(out.String(), "token: %s\ntoken_hash: %s\n", &token, &hash); err != nil || auth.HashToken(token) != hash {
-		t.Fatalf("--generate printed %q (%v)", out.String(), err)
-	}
-	if code := HashTokenMain([]string{"my-token"}, nil, &out, &errOut); code != 2 {
-		t.Fatalf("a token argument must be refused (exit 2), got %d", code)
-	}
-	if code := HashTokenMain(nil, strings.NewReader(""), &out, &errOut); code != 2 {
-		t.Fatalf("empty input: exit %d, want 2", code)
-	}
-}
-
-func TestGRPCLimitsAreValidatedAtOnce(t *testing.T) {
-	cfg, err := LoadConfig(map[string]string{})
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := app.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if g := cfg.GRPC; g.MaxConcurrentStreams != 100 || g.MaxHealthWatchers != 1000 || g.MaxConnectionIdle != 5*time.Minute ||
-		g.MaxConnectionAge != 30*time.Minute || g.MaxConnectionAgeGrace != time.Minute || g.KeepaliveMinTime != 10*time.Second || g.HandshakeTimeout != 10*time.Second {
-		t.Fatalf("defaults: %+v", g)
+	if err := os.WriteFile(authFile, authJSON("token-2"), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if len(cfg.GRPC.serverOptions()) != 4 {
-		t.Fatal("every limit must become a server option")
-	}
-	_, err = LoadConfig(map[string]string{
-		"SINK_GRPC_MAX_CONCURRENT_STREAMS":   "0",
-		"SINK_GRPC_MAX_HEALTH_WATCHERS":      "-1",
-		"SINK_GRPC_MAX_CONNECTION_IDLE":      "-1s",
-		"SINK_GRPC_MAX_CONNECTION_AGE":       "-1m",
-		"SINK_GRPC_MAX_CONNECTION_AGE_GRACE": "soon",
-		"SINK_GRPC_KEEPALIVE_MIN_TIME":       "0s",
-		"SINK_GRPC_HANDSHAKE_TIMEOUT":        "-5s",
-	})
-	if err == nil {
-		t.Fatal("invalid gRPC limits accepted")
-	}
-	for _, want := range []string{
-		"SINK_GRPC_MAX_CONCURRENT_STREAMS must be positive, got 0",
-		"SINK_GRPC_MAX_HEALTH_WATCHERS must be positive, got -1",
-		"SINK_GRPC_MAX_CONNECTION_IDLE must not be negative (0 = never), got -1s",
-		"SINK_GRPC_MAX_CONNECTION_AGE must not be negative (0 = never), got -1m0s",
-		`SINK_GRPC_MAX_CONNECTION_AGE_GRACE="soon" is not a valid duration`,
-		"SINK_GRPC_KEEPALIVE_MIN_TIME must be positive, got 0s",
-		"SINK_GRPC_HANDSHAKE_TIMEOUT must be positive, got -5s",
-	} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("missing problem %q in:\n%v", want, err)
+	// The watcher started with the app picks up the new version.
+	loads := 0
+	for loads < 2 {
+		select {
+		case m := <-logs:
+			if strings.HasPrefix(m, "loaded the authorization file") {
+				loads++
+			}
+		case <-ctx.Done():
+			t.Fatal("the authorization file was not reloaded while the app ran")
 		}
 	}
-	if strings.Count(err.Error(), "SINK_GRPC_MAX_CONNECTION_AGE_GRACE") != 1 {
-		t.Errorf("an unparsable setting must be reported once:\n%v", err)
-	}
-	// 0 = never is accepted.
-	if _, err := LoadConfig(map[string]string{"SINK_GRPC_MAX_CONNECTION_IDLE": "0", "SINK_GRPC_MAX_CONNECTION_AGE": "0"}); err != nil {
-		t.Fatalf("0 = never: %v", err)
+	if err := app.Stop(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -4,26 +4,36 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sink-io/sink/internal/testkit"
 )
 
-const module = "github.com/sink-io/sink"
+const module = testkit.ModulePath
 
 // The dependency rule of the hexagonal layout, checked on every production
 // (non-test) Go file of the module:
 //   - domain imports only the standard library;
 //   - ports imports the standard library and domain;
-//   - application imports the standard library, domain and ports;
+//   - application imports the standard library, domain, ports and
+//     internal/ctxtime (the context-bound sleep it shares with the Kafka
+//     adapter, itself standard library only);
 //   - adapters import domain and ports (the gRPC adapter also application),
 //     never each other, never bootstrap;
-//   - the client (client/) imports only domain and proto of the module;
-//   - internal/ (technology helpers shared by adapters, such as the BSON
-//     wire-format check) imports none of Sink's layers;
-//   - only bootstrap imports fx.
+//   - the command line (internal/cli: the API client and the operator
+//     tools) never imports application, ports or bootstrap;
+//   - internal/envconfig (the environment layer: SINK_* variables mapped
+//     onto the application's and adapters' configs) never imports
+//     bootstrap or the command line, and adapters never import it;
+//   - the rest of internal/ (technology helpers shared by adapters, such as
+//     the BSON wire-format check) imports none of Sink's layers;
+//   - only bootstrap imports fx;
+//   - production code (everything outside integration/ and the test kit
+//     internal/testkit/) never imports the test kit or the conformance
+//     suites ports/storagetest and ports/mergetest.
 func TestDependencyRule(t *testing.T) {
 	root := repoRoot(t)
 	files := 0
@@ -69,13 +79,33 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		"domain/x.go":            "google.golang.org/grpc",
 		"ports/x.go":             module + "/application",
 		"application/x.go":       module + "/adapters/memory",
-		"adapters/memory/x.go":   module + "/adapters/grpc",
+		"adapters/memory/x.go":   module + "/adapters/sinkgrpc",
 		"adapters/mongodb/x.go":  module + "/application",
 		"adapters/kafka/x.go":    "go.uber.org/fx",
 		"application/y.go":       "go.mongodb.org/mongo-driver/v2/bson",
-		"adapters/grpc/x.go":     module + "/bootstrap",
+		"adapters/sinkgrpc/x.go": module + "/bootstrap",
 		"cmd/sink/main.go":       "go.uber.org/fx",
 		"ports/storagetest/x.go": module + "/adapters/memory",
+		"application/z.go":       module + "/internal/bsonwire",
+		"internal/ctxtime/x.go":  module + "/domain",
+		"internal/ctxtime/y.go":  "golang.org/x/sync/errgroup",
+		// Production code never imports test code.
+		"adapters/mongodb/y.go":       module + "/internal/testkit/mongotest",
+		"bootstrap/y.go":              module + "/internal/testkit",
+		"cmd/sink/x.go":               module + "/internal/testkit/sinktest",
+		"internal/bsonwire/x.go":      module + "/internal/testkit/testcerts",
+		"adapters/memory/y.go":        module + "/ports/storagetest",
+		"bootstrap/z.go":              module + "/ports/mergetest",
+		"examples/customprofile/x.go": module + "/ports/mergetest",
+		"ports/mergetest/x.go":        module + "/internal/testkit",
+		"internal/cli/x.go":           module + "/application",
+		"internal/cli/y.go":           module + "/ports",
+		"internal/cli/z.go":           module + "/bootstrap",
+		"internal/envconfig/x.go":     module + "/bootstrap",
+		"internal/envconfig/y.go":     module + "/internal/cli",
+		"adapters/kafka/z.go":         module + "/internal/envconfig",
+		"adapters/auth/x.go":          module + "/internal/cli",
+		"internal/pemfile/x.go":       module + "/adapters/kafka",
 	}
 	for file, imp := range bad {
 		if violates(file, imp) == "" {
@@ -83,13 +113,25 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		}
 	}
 	good := map[string]string{
-		"domain/x.go":           "encoding/binary",
-		"ports/x.go":            module + "/domain",
-		"application/x.go":      module + "/ports",
-		"adapters/grpc/x.go":    module + "/application",
-		"adapters/memory/x.go":  module + "/ports",
-		"bootstrap/x.go":        "go.uber.org/fx",
-		"adapters/mongodb/x.go": module + "/internal/bsonwire",
+		"domain/x.go":             "encoding/binary",
+		"ports/x.go":              module + "/domain",
+		"application/x.go":        module + "/ports",
+		"adapters/sinkgrpc/x.go":  module + "/application",
+		"adapters/memory/x.go":    module + "/ports",
+		"bootstrap/x.go":          "go.uber.org/fx",
+		"adapters/mongodb/x.go":   module + "/internal/bsonwire",
+		"application/z.go":        module + "/internal/ctxtime",
+		"adapters/kafka/y.go":     module + "/internal/ctxtime",
+		"internal/cli/x.go":       module + "/adapters/kafka",
+		"internal/cli/y.go":       module + "/internal/envconfig",
+		"internal/envconfig/x.go": module + "/adapters/kafka",
+		"internal/envconfig/y.go": module + "/application",
+		"adapters/auth/x.go":      module + "/internal/pemfile",
+		// Test code may import test code.
+		"internal/testkit/sinktest/x.go":  module + "/bootstrap",
+		"internal/testkit/kafkatest/x.go": module + "/internal/testkit",
+		"integration/cmd/sinkcount/x.go":  module + "/internal/testkit/countprofile",
+		"ports/storagetest/y.go":          module + "/ports/mergetest",
 	}
 	for file, imp := range good {
 		if msg := violates(file, imp); msg != "" {
@@ -100,10 +142,35 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 
 func stdlib(p string) bool { return !strings.Contains(strings.SplitN(p, "/", 2)[0], ".") }
 
+// underPath reports whether the slash-separated path p is dir or lies
+// below it.
+func underPath(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+// testCode reports whether a (non-_test.go) file is test code: the
+// integration tests' programs and the test kit.
+func testCode(file string) bool {
+	return underPath(file, "integration") || underPath(file, "internal/testkit")
+}
+
+// conformanceSuite reports whether a file belongs to a public conformance
+// suite, which third-party adapters and profiles import.
+func conformanceSuite(file string) bool {
+	return underPath(file, "ports/storagetest") || underPath(file, "ports/mergetest")
+}
+
 func violates(file, imp string) string {
 	internal := strings.HasPrefix(imp, module+"/")
 	target := strings.TrimPrefix(imp, module+"/")
 	layer := strings.SplitN(file, "/", 2)[0]
+	if internal && underPath(target, "internal/testkit") && !testCode(file) {
+		return "production code and the conformance suites never import the test kit (internal/testkit is for tests only)"
+	}
+	if internal && (underPath(target, "ports/storagetest") || underPath(target, "ports/mergetest")) && !testCode(file) && !conformanceSuite(file) {
+		return "production code never imports the conformance suites (they are for tests)"
+	}
+	if testCode(file) {
+		return "" // test code may import every layer
+	}
 	if (imp == "go.uber.org/fx" || strings.HasPrefix(imp, "go.uber.org/fx/")) && layer != "bootstrap" && layer != "integration" {
 		return "only bootstrap imports fx"
 	}
@@ -118,16 +185,27 @@ func violates(file, imp string) string {
 			return "ports imports only the standard library and domain"
 		}
 	case "application":
-		if !stdlib(imp) && !(internal && (under("domain") || under("ports"))) {
-			return "application imports only the standard library, domain and ports"
+		if !stdlib(imp) && !(internal && (under("domain") || under("ports") || under("internal/ctxtime"))) {
+			return "application imports only the standard library, domain, ports and internal/ctxtime"
 		}
 	case "internal":
+		if underPath(file, "internal/cli") {
+			if internal && (under("application") || under("ports") || under("bootstrap")) {
+				return "the command line is a client of the API and an operator tool: it never imports application, ports or bootstrap"
+			}
+			return ""
+		}
+		if underPath(file, "internal/envconfig") {
+			if internal && (under("bootstrap") || under("internal/cli")) {
+				return "the environment layer maps SINK_* variables onto the configs of application and adapters; it never imports bootstrap or the command line"
+			}
+			return ""
+		}
+		if underPath(file, "internal/ctxtime") && !stdlib(imp) {
+			return "internal/ctxtime imports only the standard library (the application layer imports it)"
+		}
 		if internal && !under("internal") {
 			return "internal/ holds shared technology helpers that import none of Sink's layers"
-		}
-	case "client":
-		if internal && !(under("domain") || under("proto") || under("client")) {
-			return "the client talks to Sink over the API only: it imports domain and proto, never the server's layers"
 		}
 	case "adapters":
 		if !internal {
@@ -135,8 +213,10 @@ func violates(file, imp string) string {
 		}
 		own := strings.SplitN(file, "/", 3)[1]
 		switch {
+		case under("internal/envconfig"), under("internal/cli"):
+			return "adapters never import the environment layer or the command line (they take plain configs)"
 		case under("adapters/" + own), under("domain"), under("ports"), under("proto"), under("internal"):
-		case under("application") && own == "grpc":
+		case under("application") && own == "sinkgrpc":
 		case under("adapters"):
 			return "adapters never import each other"
 		default:
@@ -147,18 +227,10 @@ func violates(file, imp string) string {
 }
 
 func repoRoot(t *testing.T) string {
-	dir, err := os.Getwd()
+	t.Helper()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module "+module+"\n") {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("repository root not found")
-		}
-		dir = parent
-	}
+	return root
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/kafkatest"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	"github.com/sink-io/sink/ports"
 	"github.com/sink-io/sink/ports/storagetest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
@@ -149,7 +149,7 @@ func BenchmarkAsyncAccept500(b *testing.B) {
 	b.Run("grpc-server", func(b *testing.B) {
 		s := sinktest.Start(b, map[string]string{
 			"SINK_MODE": bootstrap.ModeServer, "SINK_KAFKA_BROKERS": brokers[0], "SINK_KAFKA_TOPIC": "bench",
-			"SINK_HTTP_ADDRESS": "127.0.0.1:0", "SINK_LOG_LEVEL": "error",
+			"SINK_LOG_LEVEL": "error",
 		})
 		ops := make([]*sinkv1.WriteOperation, benchBatch)
 		for j := range ops {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sink-io/sink/integration/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 

@@ -23,10 +23,11 @@ import (
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/countprofile"
-	"github.com/sink-io/sink/integration/kafkatest"
-	"github.com/sink-io/sink/integration/mongotest"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit"
+	"github.com/sink-io/sink/internal/testkit/countprofile"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/mongotest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -383,33 +384,16 @@ func asyncBuildSinkCount(t *testing.T) string {
 type asyncProcess struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *testkit.LockedBuffer
 	exited chan struct{}
 	err    error
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func asyncStartProcess(t *testing.T, bin string, env []string) *asyncProcess {
 	t.Helper()
-	p := &asyncProcess{t: t, out: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &asyncProcess{t: t, out: &testkit.LockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin)
-	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Env = append(testkit.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = childProcAttr()
 	if err := p.cmd.Start(); err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/countprofile"
-	"github.com/sink-io/sink/integration/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/countprofile"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
 	"github.com/sink-io/sink/ports"
 )
 

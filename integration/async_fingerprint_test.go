@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sink-io/sink/adapters/declarative"
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/testkit"
 )
 
 // A merge queued under an older definition of a declarative profile meets
@@ -28,11 +30,11 @@ func TestAsyncMergeFingerprintPolicy(t *testing.T) {
 		return p
 	}
 	oldFile, newFile := write("old.yaml", "1"), write("new.yaml", "10")
-	cfg, err := bootstrap.LoadConfig(nil)
+	cfg, err := bootstrap.LoadConfig(testkit.Env())
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := bootstrap.LoadMergeProfilesFile(cfg, oldFile)
+	old, err := declarative.LoadFile(oldFile, cfg.MergeProfilesOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sink-io/sink/bootstrap"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -36,17 +37,16 @@ func asyncSkipShort(t testing.TB) {
 
 // asyncEnv is the environment of a Sink process using the mutation queue.
 func asyncEnv(brokers []string, mode string, extra map[string]string) map[string]string {
-	env := map[string]string{
-		"SINK_MODE":                  mode,
-		"SINK_KAFKA_BROKERS":         strings.Join(brokers, ","),
-		"SINK_KAFKA_TOPIC":           asyncTopic,
-		"SINK_KAFKA_GROUP_ID":        "sink-workers",
-		"SINK_KAFKA_SESSION_TIMEOUT": "6s",
-		"SINK_KAFKA_PUBLISH_TIMEOUT": "3s",
-		"SINK_APPLY_MAX_BACKOFF":     "500ms",
-		"SINK_HTTP_ADDRESS":          "127.0.0.1:0",
-		"SINK_LOG_LEVEL":             "warn",
-	}
+	env := testkit.Env(
+		"SINK_MODE", mode,
+		"SINK_KAFKA_BROKERS", strings.Join(brokers, ","),
+		"SINK_KAFKA_TOPIC", asyncTopic,
+		"SINK_KAFKA_GROUP_ID", "sink-workers",
+		"SINK_KAFKA_SESSION_TIMEOUT", "6s",
+		"SINK_KAFKA_PUBLISH_TIMEOUT", "3s",
+		"SINK_APPLY_MAX_BACKOFF", "500ms",
+		"SINK_LOG_LEVEL", "warn",
+	)
 	for k, v := range extra {
 		env[k] = v
 	}

@@ -17,10 +17,11 @@ import (
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/countprofile"
-	"github.com/sink-io/sink/integration/kafkatest"
-	"github.com/sink-io/sink/integration/mongotest"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/cli"
+	"github.com/sink-io/sink/internal/testkit/countprofile"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/mongotest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
@@ -351,7 +352,7 @@ func TestAsyncDeadLetterReplayTwiceAppliedOnce(t *testing.T) {
 	replay := func() {
 		t.Helper()
 		var out bytes.Buffer
-		if err := bootstrap.DeadLetter(ctx(t), cfg, []string{"replay", "--id", idA}, &out); err != nil {
+		if err := cli.DeadLetter(ctx(t), cfg, []string{"replay", "--id", idA}, &out); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(out.String(), "replayed 1 mutation(s)") {

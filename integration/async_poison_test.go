@@ -13,6 +13,7 @@ import (
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/cli"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -105,14 +106,14 @@ func testAsyncPoisonCLI(t *testing.T, tr *asyncTransport, c sinkv1.SinkClient, p
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := bootstrap.DeadLetter(context.Background(), cfg, []string{"list", "--json"}, &out); err != nil {
+	if err := cli.DeadLetter(context.Background(), cfg, []string{"list", "--json"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	var views []bootstrap.DeadLetterView
+	var views []cli.DeadLetterView
 	if err := json.Unmarshal(out.Bytes(), &views); err != nil {
 		t.Fatal(err)
 	}
-	byID := map[string]bootstrap.DeadLetterView{}
+	byID := map[string]cli.DeadLetterView{}
 	for _, v := range views {
 		byID[v.MutationID] = v
 	}
@@ -125,7 +126,7 @@ func testAsyncPoisonCLI(t *testing.T, tr *asyncTransport, c sinkv1.SinkClient, p
 
 	// The text listing names every dead letter.
 	var text bytes.Buffer
-	if err := bootstrap.DeadLetter(ctx(t), cfg, []string{"list"}, &text); err != nil {
+	if err := cli.DeadLetter(ctx(t), cfg, []string{"list"}, &text); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{replaceID, unknownID, "NOT_FOUND", "(undecodable)", "3 dead letter(s)"} {
@@ -137,17 +138,17 @@ func testAsyncPoisonCLI(t *testing.T, tr *asyncTransport, c sinkv1.SinkClient, p
 
 	// An undecodable record cannot be replayed; an unknown selection fails.
 	var sink bytes.Buffer
-	if err := bootstrap.DeadLetter(ctx(t), cfg, []string{"replay", "--offset", "0:0"}, &sink); err == nil || !strings.Contains(err.Error(), "undecodable") {
+	if err := cli.DeadLetter(ctx(t), cfg, []string{"replay", "--offset", "0:0"}, &sink); err == nil || !strings.Contains(err.Error(), "undecodable") {
 		t.Errorf("replaying the undecodable record: %v", err)
 	}
-	if err := bootstrap.DeadLetter(ctx(t), cfg, []string{"replay", "--id", "nope"}, &sink); err == nil {
+	if err := cli.DeadLetter(ctx(t), cfg, []string{"replay", "--id", "nope"}, &sink); err == nil {
 		t.Error("replaying an unknown mutation id succeeded")
 	}
 
 	// Fix the cause (create the record), then replay the REPLACE by id.
 	write(t, c, putOp(p, `{"created":true}`, sinkv1.PutMode_PUT_MODE_CREATE, nil))
 	var replay bytes.Buffer
-	if err := bootstrap.DeadLetter(ctx(t), cfg, []string{"replay", "--id", replaceID}, &replay); err != nil {
+	if err := cli.DeadLetter(ctx(t), cfg, []string{"replay", "--id", replaceID}, &replay); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(replay.String(), "replayed 1 mutation(s)") {

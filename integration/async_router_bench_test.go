@@ -17,7 +17,7 @@ import (
 	"github.com/sink-io/sink/adapters/mergepatch"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
 	"github.com/sink-io/sink/ports"
 	"github.com/sink-io/sink/ports/storagetest"
 )

@@ -15,8 +15,8 @@ import (
 
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
-	"github.com/sink-io/sink/integration/kafkatest"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 )
 
 // asyncTransport is one Watermill Pub/Sub that carries the mutation log

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 

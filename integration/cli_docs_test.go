@@ -15,7 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,11 +18,11 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/memory"
-	"github.com/sink-io/sink/client/cli"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/kafkatest"
-	"github.com/sink-io/sink/integration/sinktest"
-	"github.com/sink-io/sink/integration/testcerts"
+	"github.com/sink-io/sink/internal/cli"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
+	"github.com/sink-io/sink/internal/testkit/testcerts"
 	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
@@ -44,8 +46,11 @@ func (r cliResult) out(t testing.TB) map[string]any {
 // runCLI runs `sink <args>` in process with the given environment and stdin.
 func runCLI(env map[string]string, stdin string, args ...string) cliResult {
 	var stdout, stderr bytes.Buffer
-	code := cli.Run(args, cli.IO{Stdin: strings.NewReader(stdin), Stdout: &stdout, Stderr: &stderr,
-		Getenv: func(k string) string { return env[k] }})
+	code := cli.Main(args, cli.IO{Stdin: strings.NewReader(stdin), Stdout: &stdout, Stderr: &stderr,
+		Getenv: func(k string) string { return env[k] }}, func(w io.Writer) error {
+		fmt.Fprintln(w, "runCLI runs no role")
+		return errors.New("no command")
+	})
 	return cliResult{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
 
@@ -182,7 +187,6 @@ func TestCLIUsageErrors(t *testing.T) {
 		"bad revision":    {"delete", "-n", "n", "-d", "d", "--key", "a", "--if-revision", "%%%"},
 		"unknown flag":    {"read", "--nope"},
 		"positional":      {"read", "-n", "n", "-d", "d", "--key", "a", "extra"},
-		"no command":      {},
 		"unknown command": {"list"},
 		"bson not object": {"put", "-n", "n", "-d", "d", "--key", "a", "--bson", "--data", "[1]"},
 	} {
@@ -191,7 +195,7 @@ func TestCLIUsageErrors(t *testing.T) {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2 with a message", name, r.code, r.stdout, r.stderr)
 		}
 	}
-	for _, c := range cli.Commands {
+	for _, c := range []string{"read", "put", "merge", "delete"} {
 		r := runCLI(env, "", c, "--help")
 		if r.code != cli.ExitOK || !strings.Contains(r.stdout, "Usage: sink "+c) || !strings.Contains(r.stdout, "--namespace") ||
 			!strings.Contains(r.stdout, "Exit codes") {

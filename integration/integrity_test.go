@@ -21,7 +21,7 @@ import (
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )

@@ -3,7 +3,7 @@ package integration_test
 import (
 	"testing"
 
-	"github.com/sink-io/sink/integration/mongotest"
+	"github.com/sink-io/sink/internal/testkit/mongotest"
 )
 
 // TestMain closes the shared MongoDB-wire test server after the tests.

@@ -19,13 +19,14 @@ import (
 	"github.com/sink-io/sink/adapters/auth"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
 // opsLogBuffer collects the JSON log of a Sink process.
-type opsLogBuffer struct{ lockedBuffer }
+type opsLogBuffer struct{ testkit.LockedBuffer }
 
 // lines returns the decoded log lines that satisfy keep.
 func (b *opsLogBuffer) lines(t *testing.T, keep func(map[string]any) bool) []map[string]any {

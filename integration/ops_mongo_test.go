@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,8 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sink-io/sink/integration/mongotest"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit/mongotest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -91,61 +89,20 @@ func opsBSONPut(t testing.TB, a *sinkv1.RecordAddress, doc bson.D) *sinkv1.Write
 		Address: a, Document: &sinkv1.Document{ContentType: "application/bson", Data: b}}}}
 }
 
-// opsFreeAddr returns a free loopback address.
-func opsFreeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
-}
-
 // SIGTERM in the middle of a stream of writes: the process turns not ready,
 // drains the in-flight RPCs and exits 0 within SINK_SHUTDOWN_TIMEOUT, and
 // every write that was answered APPLIED is in MongoDB.
 func TestOpsShutdownUnderLoad(t *testing.T) {
 	srv := opsMongo(t)
-	bin := buildSink(t)
-	grpcAddr, httpAddr := opsFreeAddr(t), opsFreeAddr(t)
 	const shutdownTimeout = 10 * time.Second
-	cmd := exec.Command(bin)
-	cmd.Env = os.Environ()
+	env := []string{"SINK_SHUTDOWN_TIMEOUT=" + shutdownTimeout.String()}
 	for k, v := range srv.SinkEnv() {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		env = append(env, k+"="+v)
 	}
-	cmd.Env = append(cmd.Env,
-		"SINK_GRPC_ADDRESS="+grpcAddr,
-		"SINK_HTTP_ADDRESS="+httpAddr,
-		"SINK_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
-		"SINK_LOG_FORMAT=json",
-	)
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("sink output:\n%s", logs.String())
-		}
-	})
-	eventually(t, 30*time.Second, "the sink process to be ready", func() (bool, string) {
-		select {
-		case err := <-exited:
-			t.Fatalf("sink exited during start-up: %v\n%s", err, logs.String())
-		default:
-		}
-		code, body, err := opsGet("http://" + httpAddr + "/readyz")
-		return code == http.StatusOK, fmt.Sprint(code, body, err)
-	})
+	p := startSinkProcess(t, env...)
+	cmd, exited, logs := p.cmd, p.exited, p.logs
 
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

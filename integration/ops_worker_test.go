@@ -14,8 +14,9 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/bootstrap"
-	"github.com/sink-io/sink/integration/kafkatest"
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -27,17 +28,16 @@ func TestOpsWorkerHealthAndMetrics(t *testing.T) {
 		t.Skip("starts a Kafka broker; skipped with -short")
 	}
 	broker := kafkatest.StartBroker(t)
-	cfg, err := bootstrap.LoadConfig(map[string]string{
-		"SINK_MODE":                  bootstrap.ModeWorker,
-		"SINK_KAFKA_BROKERS":         broker.Addr(),
-		"SINK_KAFKA_TOPIC":           "ops.mutations",
-		"SINK_KAFKA_GROUP_ID":        "ops-workers",
-		"SINK_KAFKA_SESSION_TIMEOUT": "6s",
-		"SINK_HTTP_ADDRESS":          "127.0.0.1:0",
-		"SINK_HEALTH_INTERVAL":       "50ms",
-		"SINK_HEALTH_TIMEOUT":        "500ms",
-		"SINK_SHUTDOWN_TIMEOUT":      "10s",
-	})
+	cfg, err := bootstrap.LoadConfig(testkit.Env(
+		"SINK_MODE", bootstrap.ModeWorker,
+		"SINK_KAFKA_BROKERS", broker.Addr(),
+		"SINK_KAFKA_TOPIC", "ops.mutations",
+		"SINK_KAFKA_GROUP_ID", "ops-workers",
+		"SINK_KAFKA_SESSION_TIMEOUT", "6s",
+		"SINK_HEALTH_INTERVAL", "50ms",
+		"SINK_HEALTH_TIMEOUT", "500ms",
+		"SINK_SHUTDOWN_TIMEOUT", "10s",
+	))
 	if err != nil {
 		t.Fatal(err)
 	}

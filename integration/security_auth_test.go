@@ -11,8 +11,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sink-io/sink/integration/sinktest"
-	"github.com/sink-io/sink/integration/testcerts"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
+	"github.com/sink-io/sink/internal/testkit/testcerts"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 

@@ -18,7 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sink-io/sink/adapters/auth"
-	"github.com/sink-io/sink/integration/testcerts"
+	"github.com/sink-io/sink/internal/testkit"
+	"github.com/sink-io/sink/internal/testkit/testcerts"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -91,7 +92,7 @@ func newAuthFile(t testing.TB, ps ...principalSpec) string {
 }
 
 // logCapture collects the server's logs (debug level) for secret checks.
-type logCapture struct{ lockedBuffer }
+type logCapture struct{ testkit.LockedBuffer }
 
 // option replaces the server's logger.
 func (c *logCapture) option() fx.Option {

@@ -4,12 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sink-io/sink/integration/sinktest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -306,37 +302,11 @@ func TestShutdownIsNotHeldByHalfOpenConnections(t *testing.T) {
 // and an open health watch exits 0, well before SINK_SHUTDOWN_TIMEOUT
 // (before the fix: exit 1 "cannot stop Sink cleanly" after the timeout).
 func TestSIGTERMWithHalfOpenConnectionsExitsZero(t *testing.T) {
-	bin := buildSink(t)
-	grpcAddr, httpAddr := opsFreeAddr(t), opsFreeAddr(t)
 	const shutdownTimeout = 20 * time.Second
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "SINK_GRPC_ADDRESS="+grpcAddr, "SINK_HTTP_ADDRESS="+httpAddr,
-		"SINK_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "SINK_LOG_FORMAT=json", "SINK_MONGODB_URI=")
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("sink output:\n%s", logs.String())
-		}
-	})
-	eventually(t, 30*time.Second, "the sink process to be ready", func() (bool, string) {
-		select {
-		case err := <-exited:
-			t.Fatalf("sink exited during start-up: %v", err)
-		default:
-		}
-		code, body, err := opsGet("http://" + httpAddr + "/readyz")
-		return code == http.StatusOK, fmt.Sprint(code, body, err)
-	})
-	halfOpen(t, grpcAddr, 3)
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	p := startSinkProcess(t, "SINK_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "SINK_MONGODB_URI=")
+	cmd, exited, logs := p.cmd, p.exited, p.logs
+	halfOpen(t, p.grpcAddr, 3)
+	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

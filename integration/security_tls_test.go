@@ -7,8 +7,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/sink-io/sink/bootstrap"
-	"github.com/sink-io/sink/integration/sinktest"
-	"github.com/sink-io/sink/integration/testcerts"
+	"github.com/sink-io/sink/internal/testkit"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
+	"github.com/sink-io/sink/internal/testkit/testcerts"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -93,10 +94,10 @@ func TestCertificateIdentitiesAreTyped(t *testing.T) {
 	}
 
 	// The old untyped form is refused at start-up, with the way out.
-	_, err = bootstrap.LoadConfig(map[string]string{
-		"SINK_GRPC_ADDRESS": "127.0.0.1:0", "SINK_HTTP_ADDRESS": "off",
-		"SINK_AUTH_TOKEN_FILE": newAuthFile(t, principalSpec{name: "billing", certs: []string{"billing.internal"}, grants: `[{"rights":["read"]}]`}),
-	})
+	_, err = bootstrap.LoadConfig(testkit.Env(
+		"SINK_HTTP_ADDRESS", "off",
+		"SINK_AUTH_TOKEN_FILE", newAuthFile(t, principalSpec{name: "billing", certs: []string{"billing.internal"}, grants: `[{"rights":["read"]}]`}),
+	))
 	if err == nil || !strings.Contains(err.Error(), `"billing.internal" has no type: write "dns:billing.internal" for a DNS SAN or "cn:billing.internal" for the subject common name`) {
 		t.Fatalf("an untyped identity: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
+	"github.com/sink-io/sink/internal/testkit"
 )
 
 // The worker is a Watermill Router and the Kafka consumer a Watermill
@@ -25,10 +26,9 @@ var (
 func TestWorkerRoleRunsARouterOverTheKafkaSubscriber(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, mode := range []string{bootstrap.ModeWorker, bootstrap.ModeAll} {
-		cfg, err := bootstrap.LoadConfig(map[string]string{
-			"SINK_MODE": mode, "SINK_GRPC_ADDRESS": "127.0.0.1:0", "SINK_HTTP_ADDRESS": "127.0.0.1:0",
-			"SINK_KAFKA_BROKERS": "127.0.0.1:1", "SINK_KAFKA_TOPIC": "muts", "SINK_KAFKA_GROUP_ID": "g",
-		})
+		cfg, err := bootstrap.LoadConfig(testkit.Env(
+			"SINK_MODE", mode, "SINK_KAFKA_BROKERS", "127.0.0.1:1", "SINK_KAFKA_TOPIC", "muts", "SINK_KAFKA_GROUP_ID", "g",
+		))
 		if err != nil {
 			t.Fatal(err)
 		}

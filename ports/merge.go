@@ -53,13 +53,3 @@ type FingerprintedProfile interface {
 type ProfileOrigin interface {
 	Origin() string
 }
-
-// FingerprintObserver is implemented by observers (metrics adapters) that
-// count queued merges met by a worker whose profile of the same name has
-// another fingerprint than the one the merge was submitted under. applied
-// says whether the merge was applied with the current definition (policy
-// apply) or dead-lettered (policy dead-letter). profile is a name
-// registered at start-up.
-type FingerprintObserver interface {
-	MergeFingerprintMismatch(profile string, applied bool)
-}

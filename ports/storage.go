@@ -102,7 +102,20 @@ type WriteResult struct {
 //     slice order; different records may be applied concurrently.
 //   - Revisions are opaque, change on every successful write and are never
 //     reused for the same record, even after a delete and re-create.
-//   - A whole-call failure is reported as the same error in every result.
+//   - An operation the storage cannot hold (one Validate rejects) fails on
+//     its own: Write reports Validate's CodeInvalidArgument error in its
+//     result and writes nothing for it, Read answers an address the storage
+//     cannot hold the same way, and the call's other operations go ahead.
+//   - A failure of the whole call (the database cannot be reached) is
+//     reported in every result, with the same error code; no result of
+//     such a call reports success, a record (found or not) or a failed
+//     condition. An operation the storage cannot hold may keep its
+//     CodeInvalidArgument.
+//   - A call whose context has already ended writes nothing and returns at
+//     once. Every result carries an error matching the context's error
+//     (errors.Is(err, ctx.Err())), with CodeCanceled when the context was
+//     canceled. An operation the storage cannot hold may report
+//     CodeInvalidArgument instead.
 //   - Applied marks: Read returns the record's mark in Record.Mark (callers
 //     treat its Recent slice as read-only; a storage may share it). A write
 //     with a Mark is checked against the record's current mark before its
@@ -120,8 +133,10 @@ type Storage interface {
 	// Write applies the operations and returns one result per operation, in order.
 	Write(ctx context.Context, ops []WriteOp) []WriteResult
 	// Validate checks, without any I/O, whether the storage can hold the
-	// operation (names, content type, document shape). The application calls
-	// it before queueing, so that invalid work is never queued.
+	// operation (names, content type, document shape): nil, or a
+	// *domain.Error with CodeInvalidArgument. It accepts every operation
+	// Write can apply. The application calls it before queueing, so that
+	// invalid work is never queued.
 	Validate(op WriteOp) error
 	// ContentTypes lists the document content types the storage can hold,
 	// preferred first; empty means any.

@@ -1,7 +1,9 @@
 // Package auth is the driven adapter that authenticates callers from the
 // authorization file (SINK_AUTH_TOKEN_FILE): principals with hashed bearer
 // tokens and/or client-certificate identities, and their grants. The file is
-// reloaded when it changes (polling) or on demand (SIGHUP).
+// reloaded when it changes (polling) or on demand (SIGHUP, see Watcher). It
+// also serves the TLS material of the server (ServerTLS): the key pair and
+// the client CA certificates, re-read when their files change.
 package auth
 
 import (

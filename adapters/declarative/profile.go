@@ -126,6 +126,12 @@ func (p *Profile) Merge(ctx context.Context, in ports.MergeInput) (domain.Docume
 	return doc, nil
 }
 
+// Apply runs one merge of the record at addr without a store: current is
+// nil for an absent record. The sink profiles apply command uses it.
+func (p *Profile) Apply(ctx context.Context, addr domain.Address, current *domain.Document, intent domain.Document) (domain.Document, error) {
+	return p.Merge(ctx, ports.MergeInput{Address: addr, Current: current, Intent: intent})
+}
+
 func (p *Profile) outputType(in ports.MergeInput) (string, error) {
 	if in.Current != nil {
 		return in.Current.ContentType, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -429,7 +430,7 @@ func appendBSONDoc(dst []byte, o *object) ([]byte, error) {
 }
 
 func appendBSONElement(dst []byte, k string, v any) ([]byte, error) {
-	if len(k) > 0 && containsNUL(k) {
+	if strings.IndexByte(k, 0) >= 0 {
 		return nil, inputErrorf("result: a key contains a NUL character, which BSON cannot hold")
 	}
 	switch x := v.(type) {
@@ -479,15 +480,6 @@ func appendBSONElement(dst []byte, k string, v any) ([]byte, error) {
 		return append(dst, x.Value...), nil
 	}
 	return nil, fmt.Errorf("cannot encode a %T in BSON", v)
-}
-
-func containsNUL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // numberValue converts a JSON number to int64 when it is an integer that

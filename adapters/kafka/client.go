@@ -10,23 +10,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Defaults of the consumer group timeouts (bootstrap's SINK_KAFKA_*
-// defaults are these values; a test keeps them in step).
-const (
-	// DefaultSessionTimeout is ClientConfig.SessionTimeout's default.
-	DefaultSessionTimeout = 10 * time.Second
-	// DefaultRebalanceTimeout is ClientConfig.RebalanceTimeout's default
-	// (also franz-go's and Kafka's).
-	DefaultRebalanceTimeout = 60 * time.Second
-)
-
 // ClientConfig configures the franz-go client of a Sink process. One client
 // serves producing (the queue, dead letters) and, when GroupID is set,
 // consuming.
 type ClientConfig struct {
 	// Brokers are the seed brokers.
 	Brokers []string
-	// ClientID names the client in broker logs (default "sink").
+	// ClientID names the client in broker logs (default DefaultClientID).
 	ClientID string
 	// PublishTimeout bounds how long a record may wait for its
 	// acknowledgement (kgo.RecordDeliveryTimeout) and how long a broker may
@@ -34,8 +24,9 @@ type ClientConfig struct {
 	// DefaultPublishTimeout.
 	PublishTimeout time.Duration
 	// MaxRecordBytes is the largest record value the client produces
-	// (kgo.ProducerBatchMaxBytes is set above it). Default 1 MiB. The
-	// topics' max.message.bytes must allow it too.
+	// (kgo.ProducerBatchMaxBytes is set above it). Default
+	// DefaultMaxRecordBytes (1 MiB). The topics' max.message.bytes must
+	// allow it too.
 	MaxRecordBytes int
 	// Linger is how long the producer waits to fill batches (default 0:
 	// batches form while earlier requests are in flight).
@@ -58,8 +49,9 @@ type ClientConfig struct {
 
 	// Logger receives the client's warnings and errors (nil: discarded).
 	Logger *slog.Logger
-	// ExtraOpts are appended to the client options (for example TLS and
-	// SASL settings).
+	// Security is TLS and SASL towards the brokers (SecurityConfig.Opts).
+	Security SecurityConfig
+	// ExtraOpts are appended to the client options.
 	ExtraOpts []kgo.Opt
 }
 
@@ -72,20 +64,9 @@ func NewClient(cfg ClientConfig) (*kgo.Client, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("cannot create the Kafka client: no brokers")
 	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = "sink"
-	}
-	if cfg.PublishTimeout <= 0 {
-		cfg.PublishTimeout = DefaultPublishTimeout
-	}
-	if cfg.MaxRecordBytes <= 0 {
-		cfg.MaxRecordBytes = 1 << 20
-	}
-	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = DefaultSessionTimeout
-	}
-	if cfg.RebalanceTimeout <= 0 {
-		cfg.RebalanceTimeout = DefaultRebalanceTimeout
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cannot create the Kafka client: %w", err)
 	}
 	batchMax := int32(1 << 30)
 	if cfg.MaxRecordBytes < 1<<30-1<<20 {
@@ -124,6 +105,11 @@ func NewClient(cfg ClientConfig) (*kgo.Client, error) {
 			kgo.FetchMaxPartitionBytes(batchMax),
 		)
 	}
+	sec, err := cfg.Security.Opts()
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the Kafka client: %w", err)
+	}
+	opts = append(opts, sec...)
 	opts = append(opts, cfg.ExtraOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

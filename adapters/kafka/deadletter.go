@@ -56,7 +56,7 @@ const (
 // deadLetterInfo is why a record is dead-lettered.
 type deadLetterInfo struct {
 	reason     string
-	code       string
+	code       domain.Code
 	message    string
 	attempts   int
 	mutationID string
@@ -79,7 +79,7 @@ func newDeadLetterMessage(msg *message.Message, topic string, src source, info d
 	md := dl.Metadata
 	md.Set(HeaderDLQVersion, "1")
 	md.Set(HeaderDLQReason, info.reason)
-	md.Set(HeaderDLQErrorCode, info.code)
+	md.Set(HeaderDLQErrorCode, info.code.String())
 	md.Set(HeaderDLQErrorMessage, validUTF8(info.message))
 	md.Set(HeaderDLQAttempts, strconv.Itoa(info.attempts))
 	md.Set(HeaderDLQSourceTopic, topic)

@@ -43,5 +43,11 @@
 //   - dead-letter records: the original key, value and headers plus the
 //     sink-dlq-* headers (HeaderDLQVersion "1").
 //
-// It imports domain and ports only (plus Watermill and franz-go).
+// Tracing (tracing.go): with a tracer provider, Queue.Submit makes a
+// producer span and carries its W3C trace context in the messages'
+// metadata (Kafka headers), and the worker's span per batch continues the
+// trace of the batch's first traced message and links the others.
+//
+// It imports domain and ports only (plus Watermill, franz-go and the
+// OpenTelemetry API).
 package kafka

@@ -4,12 +4,19 @@ import (
 	"context"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sink-io/sink/ports"
 )
 
-// ReasonLabelUndecodable is the dead-letter reason reported to the observer
-// for records that are not Sink mutations; other dead letters are reported
-// with the domain.Code name of their final error.
-const ReasonLabelUndecodable = "UNDECODABLE"
+// deadLetterReason returns the reason reported to the observer for a dead
+// letter: undecodable for records that are not Sink mutations, else the
+// code of the mutation's final error.
+func deadLetterReason(d *deadLetterInfo) ports.DeadLetterReason {
+	if d.reason == ReasonUndecodable {
+		return ports.DeadLetterReason{Undecodable: true}
+	}
+	return ports.DeadLetterReason{Code: d.code}
+}
 
 // PartitionsGone returns a kgo option set that withdraws the lag of
 // partitions the worker no longer owns (revoked in a rebalance or lost).

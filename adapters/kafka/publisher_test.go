@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sink-io/sink/integration/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
 )
 
 func newTestClient(t *testing.T, brokers []string, cfg ClientConfig) *kgo.Client {

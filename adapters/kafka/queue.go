@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
@@ -14,16 +15,18 @@ import (
 
 var _ ports.MutationQueue = (*Queue)(nil)
 
-// DefaultPublishTimeout bounds one Submit when QueueConfig.PublishTimeout is zero.
-const DefaultPublishTimeout = 10 * time.Second
-
 // QueueConfig configures a Queue.
 type QueueConfig struct {
 	// Topic of the mutation log.
 	Topic string
 	// PublishTimeout bounds one Submit call on top of the caller's context,
-	// so that a broker outage turns into retryable errors instead of a hang.
+	// so that a broker outage turns into retryable errors instead of a hang
+	// (default DefaultPublishTimeout).
 	PublishTimeout time.Duration
+	// TracerProvider makes a producer span per Submit and carries its
+	// trace context in the messages' metadata (nil: no tracing; see
+	// tracing.go).
+	TracerProvider trace.TracerProvider
 }
 
 // Queue is the Kafka mutation log: ports.MutationQueue on a Watermill
@@ -35,6 +38,7 @@ type Queue struct {
 	pub     message.Publisher
 	topic   string
 	timeout time.Duration
+	tracer  trace.Tracer // nil: no tracing
 }
 
 // NewQueue returns a queue publishing to cfg.Topic through pub. With a
@@ -47,10 +51,11 @@ func NewQueue(pub message.Publisher, cfg QueueConfig) (*Queue, error) {
 	if cfg.Topic == "" {
 		return nil, errors.New("cannot create the mutation queue: no topic")
 	}
-	if cfg.PublishTimeout <= 0 {
-		cfg.PublishTimeout = DefaultPublishTimeout
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cannot create the mutation queue: %w", err)
 	}
-	return &Queue{pub: pub, topic: cfg.Topic, timeout: cfg.PublishTimeout}, nil
+	return &Queue{pub: pub, topic: cfg.Topic, timeout: cfg.PublishTimeout, tracer: tracerOf(cfg.TracerProvider)}, nil
 }
 
 // Topic returns the mutation log topic.
@@ -98,6 +103,8 @@ func (q *Queue) Submit(ctx context.Context, mutations []domain.Mutation) []error
 	}
 	ctx, cancel := context.WithTimeout(ctx, q.timeout)
 	defer cancel()
+	ctx, span := q.startPublish(ctx, len(mutations))
+	defer func() { endPublish(span, errs) }()
 	msgs := make([]*message.Message, 0, len(mutations))
 	owners := make([]int, 0, len(mutations))
 	for i, m := range mutations {
@@ -107,6 +114,9 @@ func (q *Queue) Submit(ctx context.Context, mutations []domain.Mutation) []error
 			continue
 		}
 		msg.SetContext(ctx)
+		if span != nil {
+			InjectTraceContext(ctx, msg.Metadata)
+		}
 		msgs = append(msgs, msg)
 		owners = append(owners, i)
 	}

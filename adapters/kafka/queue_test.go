@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
 )
 
 func testMutation(id, key string) domain.Mutation {

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sink-io/sink/internal/ctxtime"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -82,7 +83,7 @@ type SubscriberConfig struct {
 	Logger *slog.Logger
 	// Observer receives the lag of each polled partition (default
 	// ports.NopObserver).
-	Observer ports.Observer
+	Observer ports.LagObserver
 }
 
 // SubscriberStats are counters of a Subscriber since it was created.
@@ -167,17 +168,9 @@ func NewSubscriber(client *kgo.Client, cfg SubscriberConfig) (*Subscriber, error
 	case cfg.Topic == "":
 		return nil, errors.New("cannot create the mutation subscriber: no topic")
 	}
-	if cfg.MaxPollRecords <= 0 {
-		cfg.MaxPollRecords = 500
-	}
-	if cfg.CommitTimeout <= 0 {
-		cfg.CommitTimeout = 10 * time.Second
-	}
-	if cfg.RedeliveryDelay <= 0 {
-		cfg.RedeliveryDelay = time.Second
-	}
-	if cfg.CloseTimeout <= 0 {
-		cfg.CloseTimeout = 30 * time.Second
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cannot create the mutation subscriber: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -187,9 +180,6 @@ func NewSubscriber(client *kgo.Client, cfg SubscriberConfig) (*Subscriber, error
 	}
 	if cfg.Fence == nil {
 		cfg.Fence = NewFence()
-	}
-	if cfg.MaxParked <= 0 {
-		cfg.MaxParked = 10 * cfg.MaxPollRecords
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
@@ -309,7 +299,7 @@ func (s *Subscriber) run(ctx context.Context, out chan<- *message.Message) {
 				s.client.AllowRebalance()
 				if fetchErr {
 					backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
-					if !sleepCtx(ctx, backoff) {
+					if !ctxtime.Sleep(ctx, backoff) {
 						return
 					}
 				}
@@ -356,7 +346,7 @@ func (s *Subscriber) run(ctx context.Context, out chan<- *message.Message) {
 		if len(rewind) > 0 && ctx.Err() == nil {
 			s.client.SetOffsets(rewind)
 			s.log.Warn("mutations were not finished; reading them again", "partitions", len(rewind[s.cfg.Topic]))
-			sleepCtx(ctx, s.cfg.RedeliveryDelay)
+			ctxtime.Sleep(ctx, s.cfg.RedeliveryDelay)
 		}
 		s.client.AllowRebalance()
 		if s.expelled {
@@ -643,7 +633,7 @@ func (s *Subscriber) commitOffsets(offsets map[string]map[int32]kgo.EpochOffset,
 			return
 		}
 		fenced := fencedCommit(err)
-		if fenced || ctx.Err() != nil || !sleepCtx(ctx, backoff) {
+		if fenced || ctx.Err() != nil || !ctxtime.Sleep(ctx, backoff) {
 			s.commitFailures.Add(1)
 			if fenced {
 				// The group moved on without this member: the partitions'
@@ -754,15 +744,4 @@ func (s *Subscriber) observeLag(fetches kgo.Fetches) {
 		lag := max(p.HighWatermark-(p.Records[len(p.Records)-1].Offset+1), 0)
 		s.cfg.Observer.WorkerLag(p.Topic, p.Partition, lag)
 	})
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -14,8 +14,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/ctxtime"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -38,7 +40,7 @@ type WorkerConfig struct {
 	Now func() time.Time
 	// Observer receives the number of dead-lettered mutations by reason
 	// (default ports.NopObserver).
-	Observer ports.Observer
+	Observer ports.DeadLetterObserver
 	// BatchTimeout is the time budget of applying one batch (the deadline
 	// of the handler's context; default DefaultBatchTimeout). Mutations
 	// still failing transiently when it ends are parked: nacked without
@@ -54,13 +56,16 @@ type WorkerConfig struct {
 	DeadLetterTimeout time.Duration
 	// MaxAttempts is how many attempts, summed over the deliveries of a
 	// parked mutation, it gets before it is dead-lettered as "retries
-	// exhausted" (default 10; bootstrap passes SINK_APPLY_MAX_ATTEMPTS).
+	// exhausted" (default DefaultMaxAttempts).
 	MaxAttempts int
+	// OnUnexpectedStop, when set, is called once (on its own goroutine)
+	// when the router stops without Stop being called — the worker died
+	// and the process should shut down.
+	OnUnexpectedStop func(err error)
+	// TracerProvider makes a consumer span per batch, continuing the
+	// producers' traces (nil: no tracing; see tracing.go).
+	TracerProvider trace.TracerProvider
 }
-
-// DefaultBatchTimeout is WorkerConfig.BatchTimeout's default: a third of
-// DefaultRebalanceTimeout.
-const DefaultBatchTimeout = DefaultRebalanceTimeout / 3
 
 // WorkerStats are counters of a worker since it was created.
 type WorkerStats struct {
@@ -116,6 +121,7 @@ type Worker struct {
 	cfg     WorkerConfig
 	log     *slog.Logger
 	router  *message.Router
+	tracer  trace.Tracer // nil: no tracing
 
 	applyCtx context.Context
 	cancel   context.CancelFunc
@@ -126,6 +132,7 @@ type Worker struct {
 	batches   map[string]*pendingBatch
 	abandoned bool
 	started   bool
+	stopping  bool
 	done      chan struct{}
 	runErr    error
 	running   atomic.Bool
@@ -158,8 +165,9 @@ func NewWorker(sub message.Subscriber, pub message.Publisher, handler ports.Muta
 	case cfg.DeadLetterTopic == "" || cfg.DeadLetterTopic == cfg.Topic:
 		return nil, fmt.Errorf("cannot create the worker: dead-letter topic %q must be set and differ from %q", cfg.DeadLetterTopic, cfg.Topic)
 	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 10000
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cannot create the worker: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -170,17 +178,8 @@ func NewWorker(sub message.Subscriber, pub message.Publisher, handler ports.Muta
 	if cfg.Observer == nil {
 		cfg.Observer = ports.NopObserver{}
 	}
-	if cfg.BatchTimeout <= 0 {
-		cfg.BatchTimeout = DefaultBatchTimeout
-	}
-	if cfg.DeadLetterTimeout <= 0 {
-		cfg.DeadLetterTimeout = cfg.BatchTimeout / 2
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 10
-	}
 	w := &Worker{sub: sub, pub: pub, handler: handler, cfg: cfg, batches: map[string]*pendingBatch{}, attempts: map[source]parkedAttempts{},
-		log: cfg.Logger.With("component", "worker", "topic", cfg.Topic)}
+		log: cfg.Logger.With("component", "worker", "topic", cfg.Topic), tracer: tracerOf(cfg.TracerProvider)}
 	w.applyCtx, w.cancel = context.WithCancel(context.Background())
 	w.applyQ = make(chan *pendingBatch)
 	// The Router waits for running handlers as long as Stop allows (Stop
@@ -243,9 +242,14 @@ func (w *Worker) Start() error {
 		err := w.router.Run(context.Background())
 		w.mu.Lock()
 		w.runErr = err
+		unexpected := !w.stopping
 		w.mu.Unlock()
 		if err != nil {
 			w.log.Error("the worker stopped", "error", err)
+		}
+		if unexpected && w.cfg.OnUnexpectedStop != nil {
+			w.log.Error("the worker stopped unexpectedly")
+			go w.cfg.OnUnexpectedStop(err)
 		}
 	}()
 	select {
@@ -271,6 +275,7 @@ func (w *Worker) Done() <-chan struct{} {
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	started, done := w.started, w.done
+	w.stopping = true
 	w.mu.Unlock()
 	if !started {
 		return nil
@@ -452,6 +457,8 @@ func (w *Worker) apply(entries []*batchEntry) {
 	}
 	srcs := make([]source, len(entries))
 	dead := make([]*deadLetterInfo, len(entries))
+	ctx, span := w.startProcess(ctx, entries)
+	defer func() { endProcess(span, entries, dead) }()
 	muts, owners := w.decode(entries, srcs, dead)
 	unfinished := w.applyMutations(ctx, muts, owners, entries, srcs, dead)
 	w.deadLetter(entries, srcs, dead, unfinished)
@@ -466,7 +473,7 @@ func (w *Worker) decode(entries []*batchEntry, srcs []source, dead []*deadLetter
 		m, err := decodeRecord([]byte(e.msg.Metadata.Get(KeyMetadata)), e.msg.Payload)
 		if err != nil {
 			w.log.Warn("undecodable mutation record: dead-lettering it", "partition", srcs[i].partition, "offset", srcs[i].offset, "error", err)
-			dead[i] = &deadLetterInfo{reason: ReasonUndecodable, code: domain.CodeInvalidArgument.String(), message: err.Error(), mutationID: validUTF8(e.msg.UUID)}
+			dead[i] = &deadLetterInfo{reason: ReasonUndecodable, code: domain.CodeInvalidArgument, message: err.Error(), mutationID: validUTF8(e.msg.UUID)}
 			continue
 		}
 		if srcs[i].known {
@@ -526,7 +533,7 @@ func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, own
 		w.log.Warn("mutation failed permanently: dead-lettering it", "mutation_id", m.ID, "address", m.Address.String(),
 			"kind", m.Kind.String(), "partition", srcs[i].partition, "offset", srcs[i].offset,
 			"code", e.Code.String(), "attempts", o.Attempts, "error", e.Message)
-		dead[i] = &deadLetterInfo{reason: ReasonApplyFailed, code: e.Code.String(), message: e.Error(), attempts: o.Attempts, mutationID: m.ID}
+		dead[i] = &deadLetterInfo{reason: ReasonApplyFailed, code: e.Code, message: e.Error(), attempts: o.Attempts, mutationID: m.ID}
 	}
 	return stopAt
 }
@@ -609,17 +616,13 @@ func (w *Worker) deadLetter(entries []*batchEntry, srcs []source, dead []*deadLe
 		return
 	}
 	failed := w.publishDeadLetters(msgs)
-	counts := map[string]int{}
+	counts := map[ports.DeadLetterReason]int{}
 	for j, i := range idx {
 		if failed[j] != nil {
 			entries[i].err = fmt.Errorf("%w: cannot write it to the dead-letter topic: %w", errUnfinished, failed[j])
 			continue
 		}
-		reason := dead[i].code
-		if dead[i].reason == ReasonUndecodable {
-			reason = ReasonLabelUndecodable
-		}
-		counts[reason]++
+		counts[deadLetterReason(dead[i])]++
 	}
 	for reason, n := range counts {
 		w.cfg.Observer.DeadLettered(reason, n)
@@ -673,7 +676,7 @@ func (w *Worker) publishDeadLetters(msgs []*message.Message) []error {
 		}
 		pending = retry
 		w.log.Warn("cannot write to the dead-letter topic; retrying", "topic", w.cfg.DeadLetterTopic, "records", len(pending), "error", err)
-		if !sleepCtx(ctx, backoff) {
+		if !ctxtime.Sleep(ctx, backoff) {
 			// Not acknowledged within DeadLetterTimeout: nacked, read again.
 			return errs
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/kafkatest"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
 	"github.com/sink-io/sink/ports"
 )
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
 )
@@ -36,13 +38,17 @@ type Store struct {
 	seed   maphash.Seed
 	shards [shards]shard
 	seq    atomic.Uint64
+	tracer trace.Tracer // nil: no spans (tracing.go)
 }
 
 // New returns an empty store.
-func New() *Store {
+func New(opts ...Option) *Store {
 	s := &Store{seed: maphash.MakeSeed()}
 	for i := range s.shards {
 		s.shards[i].records = make(map[domain.RecordID]entry)
+	}
+	for _, o := range opts {
+		o(s)
 	}
 	return s
 }
@@ -98,9 +104,11 @@ func advance(m domain.AppliedMark, u *ports.MarkUpdate, rev domain.Revision) dom
 // Read implements ports.Storage.
 func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
 	out := make([]ports.ReadResult, len(addrs))
+	ctx, span := s.startSpan(ctx, "read", len(addrs))
+	defer endReadSpan(span, out)
 	if err := ctx.Err(); err != nil {
 		for i := range out {
-			out[i].Err = err
+			out[i].Err = domain.AsError(err)
 		}
 		return out
 	}
@@ -121,9 +129,11 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 // other, so operations on one record take effect in slice order.
 func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
 	out := make([]ports.WriteResult, len(ops))
+	ctx, span := s.startSpan(ctx, "write", len(ops))
+	defer endWriteSpan(span, out)
 	if err := ctx.Err(); err != nil {
 		for i := range out {
-			out[i].Err = err
+			out[i].Err = domain.AsError(err)
 		}
 		return out
 	}

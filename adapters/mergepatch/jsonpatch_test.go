@@ -10,28 +10,31 @@ import (
 	"github.com/sink-io/sink/ports"
 )
 
-// The examples of RFC 7396, Appendix A, plus order and absence cases.
+// mergeCases are the examples of RFC 7396, Appendix A, plus order and
+// absence cases: target + patch = want, as JSON. TestMergeJSON runs them on
+// JSON and TestMergeBSONMirrorsJSON on BSON.
+var mergeCases = []struct{ target, patch, want string }{
+	{`{"a":"b"}`, `{"a":"c"}`, `{"a":"c"}`},
+	{`{"a":"b"}`, `{"b":"c"}`, `{"a":"b","b":"c"}`},
+	{`{"a":"b"}`, `{"a":null}`, `{}`},
+	{`{"a":"b","b":"c"}`, `{"a":null}`, `{"b":"c"}`},
+	{`{"a":["b"]}`, `{"a":"c"}`, `{"a":"c"}`},
+	{`{"a":"c"}`, `{"a":["b"]}`, `{"a":["b"]}`},
+	{`{"a":{"b":"c"}}`, `{"a":{"b":"d","c":null}}`, `{"a":{"b":"d"}}`},
+	{`{"a":[{"b":"c"}]}`, `{"a":[1]}`, `{"a":[1]}`},
+	{`["a","b"]`, `["c","d"]`, `["c","d"]`},
+	{`{"a":"b"}`, `["c"]`, `["c"]`},
+	{`{"a":"foo"}`, `null`, `null`},
+	{`{"a":"foo"}`, `"bar"`, `"bar"`},
+	{`{"e":null}`, `{"a":1}`, `{"e":null,"a":1}`},
+	{`[1,2]`, `{"a":"b","c":null}`, `{"a":"b"}`},
+	{`{}`, `{"a":{"bb":{"ccc":null}}}`, `{"a":{"bb":{}}}`},
+	// Member order of the target is kept, large numbers are exact.
+	{`{"z":1,"a":2,"m":3}`, `{"a":20,"b":9007199254740993}`, `{"z":1,"a":20,"m":3,"b":9007199254740993}`},
+}
+
 func TestMergeJSON(t *testing.T) {
-	cases := []struct{ target, patch, want string }{
-		{`{"a":"b"}`, `{"a":"c"}`, `{"a":"c"}`},
-		{`{"a":"b"}`, `{"b":"c"}`, `{"a":"b","b":"c"}`},
-		{`{"a":"b"}`, `{"a":null}`, `{}`},
-		{`{"a":"b","b":"c"}`, `{"a":null}`, `{"b":"c"}`},
-		{`{"a":["b"]}`, `{"a":"c"}`, `{"a":"c"}`},
-		{`{"a":"c"}`, `{"a":["b"]}`, `{"a":["b"]}`},
-		{`{"a":{"b":"c"}}`, `{"a":{"b":"d","c":null}}`, `{"a":{"b":"d"}}`},
-		{`{"a":[{"b":"c"}]}`, `{"a":[1]}`, `{"a":[1]}`},
-		{`["a","b"]`, `["c","d"]`, `["c","d"]`},
-		{`{"a":"b"}`, `["c"]`, `["c"]`},
-		{`{"a":"foo"}`, `null`, `null`},
-		{`{"a":"foo"}`, `"bar"`, `"bar"`},
-		{`{"e":null}`, `{"a":1}`, `{"e":null,"a":1}`},
-		{`[1,2]`, `{"a":"b","c":null}`, `{"a":"b"}`},
-		{`{}`, `{"a":{"bb":{"ccc":null}}}`, `{"a":{"bb":{}}}`},
-		// Member order of the target is kept, large numbers are exact.
-		{`{"z":1,"a":2,"m":3}`, `{"a":20,"b":9007199254740993}`, `{"z":1,"a":20,"m":3,"b":9007199254740993}`},
-	}
-	for _, c := range cases {
+	for _, c := range mergeCases {
 		got, err := MergeJSON([]byte(c.target), []byte(c.patch))
 		if err != nil {
 			t.Fatalf("%s + %s: %v", c.target, c.patch, err)

@@ -20,7 +20,7 @@ import (
 // jsonDepth returns the nesting depth of valid JSON: 0 for a top-level
 // object or array with no container inside, -1 for a scalar.
 func jsonDepth(b []byte) int {
-	depth, max, inString := -1, -1, false
+	depth, deepest, inString := -1, -1, false
 	for i := 0; i < len(b); i++ {
 		c := b[i]
 		switch {
@@ -31,19 +31,12 @@ func jsonDepth(b []byte) int {
 		case inString:
 		case c == '{' || c == '[':
 			depth++
-			max = maxInt(max, depth)
+			deepest = max(deepest, depth)
 		case c == '}' || c == ']':
 			depth--
 		}
 	}
-	return max
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
+	return deepest
 }
 
 // bsonDepth returns the nesting depth of a valid BSON document (0: no
@@ -53,7 +46,7 @@ func bsonDepth(doc []byte) int {
 	d := 0
 	for _, el := range els {
 		if v := el.Value(); v.Type == bsoncore.TypeEmbeddedDocument || v.Type == bsoncore.TypeArray {
-			d = maxInt(d, 1+bsonDepth(v.Data))
+			d = max(d, 1+bsonDepth(v.Data))
 		}
 	}
 	return d

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sink-io/sink/adapters/mongodb"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/mongotest"
+	"github.com/sink-io/sink/internal/testkit/mongotest"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }

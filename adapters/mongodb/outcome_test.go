@@ -19,7 +19,7 @@ import (
 	"github.com/sink-io/sink/adapters/mongodb"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/mongotest"
+	"github.com/sink-io/sink/internal/testkit/mongotest"
 	"github.com/sink-io/sink/ports"
 )
 

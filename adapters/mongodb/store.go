@@ -25,7 +25,9 @@ package mongodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -35,6 +37,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
@@ -72,9 +76,11 @@ type Options struct {
 	HiddenField string
 	// Bindings map logical datasets to existing collections.
 	Bindings []Binding
-	// MaxConcurrency bounds concurrent operations per call (default 16).
+	// MaxConcurrency bounds concurrent operations per call (default
+	// DefaultMaxConcurrency).
 	MaxConcurrency int
-	// BulkChunk is the most operations per bulk write (default DefaultBulkChunk).
+	// BulkChunk is the most operations per bulk write (default
+	// DefaultBulkChunk, at most 100000: MongoDB's limit).
 	BulkChunk int
 	// BulkConcurrency is how many bulk writes of one call run at once
 	// (default DefaultBulkConcurrency).
@@ -85,6 +91,63 @@ type Options struct {
 	// every document's size limit, so a document Validate accepts can always
 	// be written; a write's MarkUpdate.Keep above it is lowered to it.
 	MarkRing int
+	// TracerProvider makes a span per Read and Write call (nil: no
+	// tracing; see tracing.go).
+	TracerProvider trace.TracerProvider
+}
+
+// DefaultOptions returns Options with every default filled in.
+func DefaultOptions() Options {
+	var o Options
+	o.setDefaults()
+	return o
+}
+
+// setDefaults fills the zero fields with the defaults.
+func (o *Options) setDefaults() {
+	if o.Store == "" {
+		o.Store = "primary"
+	}
+	if o.HiddenField == "" {
+		o.HiddenField = DefaultHiddenField
+	}
+	if o.MaxConcurrency == 0 {
+		o.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if o.BulkChunk == 0 {
+		o.BulkChunk = DefaultBulkChunk
+	}
+	if o.BulkConcurrency == 0 {
+		o.BulkConcurrency = DefaultBulkConcurrency
+	}
+	if o.MarkRing == 0 {
+		o.MarkRing = domain.DefaultAppliedRing
+	}
+}
+
+// Validate reports every problem of the options at once (bindings are
+// checked by New). Messages name the fields. Call it on defaulted options.
+func (o Options) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if o.HiddenField == "" || o.HiddenField == idKey || o.HiddenField[0] == '$' || strings.ContainsAny(o.HiddenField, ".\x00") {
+		add("HiddenField %q must not be empty or _id, start with '$' or contain '.' or NUL", o.HiddenField)
+	}
+	for _, x := range []struct {
+		name string
+		v    int
+	}{{"MaxConcurrency", o.MaxConcurrency}, {"BulkChunk", o.BulkChunk}, {"BulkConcurrency", o.BulkConcurrency}} {
+		if x.v <= 0 {
+			add("%s must be positive, got %d", x.name, x.v)
+		}
+	}
+	if o.BulkChunk > maxWriteBatchSize {
+		add("BulkChunk must be at most %d (MongoDB's limit on the operations of one write command), got %d", maxWriteBatchSize, o.BulkChunk)
+	}
+	if o.MarkRing < 1 || o.MarkRing > domain.MaxAppliedRing {
+		add("MarkRing must be between 1 and %d, got %d", domain.MaxAppliedRing, o.MarkRing)
+	}
+	return errors.Join(errs...)
 }
 
 // Store is the MongoDB ports.Storage. It is safe for concurrent use and
@@ -100,6 +163,8 @@ type Store struct {
 	bulkChunk, bulkConcurrency int
 	// markRing is Options.MarkRing.
 	markRing int
+	// tracer is nil when tracing is off (tracing.go).
+	tracer trace.Tracer
 
 	// untrustedUpdateBulks is set once the server answered an update bulk
 	// in a way that does not attribute results to operations (FerretDB).
@@ -114,30 +179,9 @@ func New(client *mongo.Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("cannot create the MongoDB store: no client")
 	}
-	if opts.Store == "" {
-		opts.Store = "primary"
-	}
-	if opts.HiddenField == "" {
-		opts.HiddenField = DefaultHiddenField
-	}
-	if opts.HiddenField == idKey || opts.HiddenField[0] == '$' || containsAny(opts.HiddenField, ".\x00") {
-		return nil, fmt.Errorf("cannot create the MongoDB store: hidden field %q must not be _id, start with '$' or contain '.' or NUL", opts.HiddenField)
-	}
-	if opts.MaxConcurrency <= 0 {
-		opts.MaxConcurrency = DefaultMaxConcurrency
-	}
-	if opts.BulkChunk <= 0 {
-		opts.BulkChunk = DefaultBulkChunk
-	}
-	opts.BulkChunk = min(opts.BulkChunk, maxWriteBatchSize)
-	if opts.BulkConcurrency <= 0 {
-		opts.BulkConcurrency = DefaultBulkConcurrency
-	}
-	if opts.MarkRing <= 0 {
-		opts.MarkRing = domain.DefaultAppliedRing
-	}
-	if opts.MarkRing > domain.MaxAppliedRing {
-		return nil, fmt.Errorf("cannot create the MongoDB store: the applied-mark ring size %d is above the maximum %d", opts.MarkRing, domain.MaxAppliedRing)
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("cannot create the MongoDB store: %w", err)
 	}
 	m, err := newMapper(opts.Bindings)
 	if err != nil {
@@ -152,18 +196,8 @@ func New(client *mongo.Client, opts Options) (*Store, error) {
 		bulkChunk:       opts.BulkChunk,
 		bulkConcurrency: opts.BulkConcurrency,
 		colls:           map[target]*mongo.Collection{},
+		tracer:          tracerOf(opts.TracerProvider),
 	}, nil
-}
-
-func containsAny(s, chars string) bool {
-	for i := 0; i < len(s); i++ {
-		for j := 0; j < len(chars); j++ {
-			if s[i] == chars[j] {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // HiddenField returns the name of the hidden metadata field.
@@ -270,6 +304,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // collections queried concurrently.
 func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
 	out := make([]ports.ReadResult, len(addrs))
+	ctx, span := s.startSpan(ctx, "read", len(addrs))
+	defer endReadSpan(span, out)
 	groups := map[target][]int{}
 	var order []target
 	for i, a := range addrs {
@@ -286,6 +322,9 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			order = append(order, t)
 		}
 		groups[t] = append(groups[t], i)
+	}
+	if span != nil {
+		spanTargets(span, "read", len(order), func(g int) target { return order[g] })
 	}
 	s.parallel(len(order), func(g int) {
 		t := order[g]
@@ -357,25 +396,26 @@ func (s *Store) readCollection(ctx context.Context, t target, addrs []domain.Add
 // parallel runs fn(0..n-1) with at most MaxConcurrency running at once.
 func (s *Store) parallel(n int, fn func(i int)) { parallel(s.limit, n, fn) }
 
-// parallel runs fn(0..n-1) with at most limit running at once.
+// parallel runs fn(0..n-1) with at most limit running at once and returns
+// when all have returned. It never stops early: every fn runs, so each fills
+// in its own results (a cancelled context reaches them through their own
+// calls).
 func parallel(limit, n int, fn func(i int)) {
 	if n == 1 || limit == 1 {
-		for i := 0; i < n; i++ {
+		for i := range n {
 			fn(i)
 		}
 		return
 	}
-	sem := make(chan struct{}, limit)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+	var g errgroup.Group
+	g.SetLimit(limit)
+	for i := range n {
+		g.Go(func() error {
 			fn(i)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 }
 
 // Shared, immutable option builders.

@@ -116,6 +116,8 @@ func (s *Store) prepare(i int, op *ports.WriteOp) (*item, error) {
 //     MaxConcurrency at once.
 func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
 	out := make([]ports.WriteResult, len(ops))
+	ctx, span := s.startSpan(ctx, "write", len(ops))
+	defer endWriteSpan(span, out)
 	items := make([]*item, 0, len(ops))
 	for i := range ops {
 		it, err := s.prepare(i, &ops[i])
@@ -124,6 +126,9 @@ func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteRes
 			continue
 		}
 		items = append(items, it)
+	}
+	if span != nil {
+		spanTargets(span, "write", len(items), func(j int) target { return items[j].t })
 	}
 	for _, wave := range domain.Waves(len(items), func(j int) domain.RecordID { return items[j].op.Address.ID() }) {
 		w := make([]*item, len(wave))

@@ -3,9 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sink-io/sink/internal/testkit"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -27,15 +27,9 @@ func TestCustomBinary(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	address := lis.Addr().String()
-	lis.Close()
-
+	// Both listeners on free loopback ports; the log says which.
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "SINK_GRPC_ADDRESS="+address, "SINK_HTTP_ADDRESS=127.0.0.1:0", "SINK_LOG_FORMAT=json")
+	cmd.Env = testkit.Environ("SINK_LOG_FORMAT", "json")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -44,12 +38,13 @@ func TestCustomBinary(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan struct{})
+	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), "serving the Sink gRPC API") {
-				close(ready)
+			var line struct{ Msg, Address string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving the Sink gRPC API" {
+				ready <- line.Address
 			}
 			t.Log(sc.Text())
 		}
@@ -60,8 +55,9 @@ func TestCustomBinary(t *testing.T) {
 			t.Errorf("custom binary did not stop cleanly on SIGTERM: %v", err)
 		}
 	})
+	var address string
 	select {
-	case <-ready:
+	case address = <-ready:
 	case <-time.After(30 * time.Second):
 		t.Fatal("custom binary did not start")
 	}

@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,13 +12,12 @@ import (
 	"time"
 
 	dc "github.com/ory/dockertest/v3/docker"
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sink-io/sink/internal/testkit"
+	"github.com/sink-io/sink/internal/testkit/mongotest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -57,7 +55,7 @@ type cluster struct {
 
 // startCluster builds the binaries and images and starts the deployment.
 func startCluster(ctx context.Context, e *engine, logf func(string, ...any)) (*cluster, error) {
-	root, err := repoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +74,7 @@ func startCluster(ctx context.Context, e *engine, logf func(string, ...any)) (*c
 	if err := staticBinary(ctx, sinkSource, "./integration/cmd/sinkcount", filepath.Join(bins, "sink")); err != nil {
 		return nil, err
 	}
-	if err := staticBinary(ctx, root, "./integration/cmd/kfakebroker", filepath.Join(bins, "kfakebroker")); err != nil {
+	if err := staticBinary(ctx, root, "./internal/testkit/cmd/kfakebroker", filepath.Join(bins, "kfakebroker")); err != nil {
 		return nil, err
 	}
 	ferret, err := ferretBinary(ctx, root)
@@ -315,22 +313,6 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// repoRoot walks up to the directory of the main module's go.mod.
-func repoRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("cannot get the working directory: %w", err)
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/sink-io/sink\n") {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("no go.mod of github.com/sink-io/sink above %s", wd)
-		}
-	}
-}
-
 // startMongo starts a MongoDB image as the single-node replica set rs0 whose
 // member is db:27017 (the name the Sink containers use), initiating it
 // through a loopback port.
@@ -348,44 +330,10 @@ func startMongo(ctx context.Context, e *engine, image, network string) (*contain
 	if err != nil {
 		return nil, err
 	}
-	client, err := mongo.Connect(options.Client().
-		ApplyURI("mongodb://127.0.0.1:" + strconv.Itoa(port) + "/?directConnection=true").
-		SetServerSelectionTimeout(2 * time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("cannot connect to %s: %w", image, err)
+	rsCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := mongotest.InitiateReplicaSet(rsCtx, "127.0.0.1:"+strconv.Itoa(port), "rs0", "db:27017"); err != nil {
+		return nil, fmt.Errorf("%s did not become a writable primary: %w; log:\n%s", image, err, lastLines(db.logs(40), 40))
 	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	admin := client.Database("admin")
-	initiate := bson.D{{Key: "replSetInitiate", Value: bson.D{
-		{Key: "_id", Value: "rs0"},
-		{Key: "members", Value: bson.A{bson.D{{Key: "_id", Value: 0}, {Key: "host", Value: "db:27017"}}}},
-	}}}
-	deadline := time.Now().Add(90 * time.Second)
-	initiated := false
-	var last error
-	for {
-		if !initiated {
-			err := admin.RunCommand(ctx, initiate).Err()
-			var ce mongo.CommandError
-			if err == nil || (errors.As(err, &ce) && (ce.Code == 23 || ce.Name == "AlreadyInitialized")) {
-				initiated = true
-			} else {
-				last = err
-			}
-		}
-		if initiated {
-			var hello struct {
-				IsWritablePrimary bool `bson:"isWritablePrimary"`
-			}
-			if err := admin.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
-				last = err
-			} else if hello.IsWritablePrimary {
-				return db, nil
-			}
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("%s did not become a writable primary: %v; log:\n%s", image, last, lastLines(db.logs(40), 40))
-		}
-		time.Sleep(250 * time.Millisecond) // polling the node's state
-	}
+	return db, nil
 }

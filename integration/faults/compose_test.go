@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sink-io/sink/internal/testkit"
 )
 
 type composeFile struct {
@@ -38,7 +40,7 @@ type composeService struct {
 // image can be pulled): this checks its structure and, where a Compose CLI
 // exists, that Compose accepts it.
 func TestComposeFile(t *testing.T) {
-	root, err := repoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,17 +85,29 @@ func TestComposeFile(t *testing.T) {
 
 	// Sink: known settings only, the same storage and log for both roles.
 	known := map[string]bool{}
-	cfgSrc, err := os.ReadFile(filepath.Join(root, "bootstrap", "config.go"))
+	cfgFiles, err := filepath.Glob(filepath.Join(root, "internal", "envconfig", "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range regexp.MustCompile(`env:"(SINK_[A-Z0-9_]+)"`).FindAllStringSubmatch(string(cfgSrc), -1) {
-		known[m[1]] = true
+	for _, f := range cfgFiles {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`env:"(SINK_[A-Z0-9_]+)"`).FindAllStringSubmatch(string(src), -1) {
+			known[m[1]] = true
+		}
+	}
+	if len(known) < 20 {
+		t.Fatalf("found only %d settings in internal/envconfig: %v", len(known), known)
 	}
 	for name, s := range map[string]composeService{"sink-server": server, "sink-worker": worker} {
 		for k := range s.Environment {
 			if !known[k] {
-				t.Errorf("%s sets %s, which is not a Sink setting (bootstrap/config.go)", name, k)
+				t.Errorf("%s sets %s, which is not a Sink setting (internal/envconfig)", name, k)
 			}
 		}
 		if s.Build == nil {

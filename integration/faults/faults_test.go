@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sink-io/sink/internal/ctxtime"
 )
 
 // fault is one kind of fault: inject runs while the load runs and returns
@@ -64,7 +66,7 @@ func faults() []fault {
 				if err := c.db.pause(); err != nil {
 					return "", err
 				}
-				sleepCtx(ctx, dbPause) // the length of the fault
+				ctxtime.Sleep(ctx, dbPause) // the length of the fault
 				return "", c.db.unpause()
 			},
 		},
@@ -76,7 +78,7 @@ func faults() []fault {
 				if err := w.disconnect(c.logNet.ID); err != nil {
 					return "", err
 				}
-				sleepCtx(ctx, partitionTime) // the length of the fault
+				ctxtime.Sleep(ctx, partitionTime) // the length of the fault
 				return w.role, w.connect(c.logNet.ID)
 			},
 		},
@@ -120,13 +122,6 @@ func faults() []fault {
 				return "", c.awaitServing(ctx, 30*time.Second)
 			},
 		},
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }
 
@@ -261,7 +256,7 @@ func runTrial(t *testing.T, ctx context.Context, c *cluster, f fault, trial int,
 		defer close(loadDone)
 		l.run(ctx, c.client)
 	}()
-	sleepCtx(ctx, at) // the random point of the load at which the fault starts
+	ctxtime.Sleep(ctx, at) // the random point of the load at which the fault starts
 	faultStart := time.Now()
 	detail, err := f.inject(ctx, c, trial, rng)
 	healed := time.Now()

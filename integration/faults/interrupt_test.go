@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sink-io/sink/internal/testkit"
 )
 
 const upMarker = "FAULTS-UP run="
@@ -29,7 +31,7 @@ func TestFaultsInterruptLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr lockedBuffer
+	var stderr testkit.LockedBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/integration/countprofile"
+	"github.com/sink-io/sink/internal/testkit/countprofile"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -311,22 +311,4 @@ func (l *load) snapshot() (acked, failed map[string][]int, sent map[string]int, 
 		}
 	}
 	return acked, failed, sent, l.retryable, append([]string(nil), l.wrong...)
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

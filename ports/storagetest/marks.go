@@ -1,8 +1,6 @@
 package storagetest
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -31,7 +29,6 @@ var markTests = []struct {
 	{"AppliedMarkCreate", testMarkCreate},
 	{"AppliedMarkBatchSliceOrder", testMarkBatchOrder},
 	{"AppliedMarkManyRecords", testMarkManyRecords},
-	{"CanceledContext", testCanceledContext},
 }
 
 const testLog = "log-a"
@@ -465,40 +462,5 @@ func testMarkManyRecords(t *testing.T, h *harness) {
 		if r.Found {
 			t.Fatalf("record %d still there", i)
 		}
-	}
-}
-
-func testCanceledContext(t *testing.T, h *harness) {
-	a, b := h.key("canceled-a"), h.key("canceled-b")
-	r := h.writeOK(put(a, h.doc(a, 1), none))
-	ctx, cancel := context.WithCancel(h.ctx)
-	cancel()
-	ops := []ports.WriteOp{
-		put(a, h.doc(a, 2), none),
-		put(b, h.doc(b, 1), absent),
-		marked(put(a, h.doc(a, 3), rev(r.Revision)), mark(at(testLog, 0, 1), 4, "c1")),
-		marked(put(b, h.doc(b, 2), none), mark(at(testLog, 0, 2), 4, "c2")),
-		del(a, none),
-	}
-	canceled := func(err error) bool {
-		return errors.Is(err, context.Canceled) || domain.CodeOf(err) == domain.CodeCanceled
-	}
-	res := h.s.Write(ctx, ops)
-	if len(res) != len(ops) {
-		t.Fatalf("Write returned %d results for %d operations", len(res), len(ops))
-	}
-	for i, w := range res {
-		if !canceled(w.Err) {
-			t.Fatalf("write %d with a canceled context: %+v, want a cancellation error", i, w)
-		}
-	}
-	for i, rr := range h.s.Read(ctx, []domain.Address{a, b}) {
-		if !canceled(rr.Err) {
-			t.Fatalf("read %d with a canceled context: %+v, want a cancellation error", i, rr)
-		}
-	}
-	h.unchanged(a, 1, r.Revision)
-	if h.read(b)[0].Found {
-		t.Fatal("a write with a canceled context created a record")
 	}
 }

@@ -1,6 +1,10 @@
 // Package storagetest is the conformance suite every ports.Storage
-// implementation runs: one suite, every adapter, with capabilities and
-// document formats declared in Features.
+// implementation runs: one suite, every adapter. The adapter's test passes
+// Fixtures (how to build a fresh storage, keep tests apart and make
+// documents) and Features (what the storage declares it can and cannot
+// hold). Cases size their data and skip themselves by reading those, never
+// by test name or by adapter. Every case runs in parallel with the others,
+// each on a storage and a namespace of its own.
 package storagetest
 
 import (
@@ -16,12 +20,25 @@ import (
 	"github.com/sink-io/sink/ports"
 )
 
-// Features describes what the storage under test holds.
-type Features struct {
+// Fixtures tell the suite how to build what it tests.
+type Fixtures struct {
+	// NewStorage returns a ready storage. Every case calls it once; the
+	// suite does not close it (register cleanup with t.Cleanup).
+	NewStorage func(t *testing.T) ports.Storage
+	// NewConcurrentStorage, when set, returns the storage the concurrent
+	// read-modify-write case uses instead (for servers that need special
+	// client settings for it).
+	NewConcurrentStorage func(t *testing.T) ports.Storage
+	// Broken returns a storage that stands for s (from NewStorage) with
+	// its database unreachable: every Read, Write and Ping fails as a
+	// whole, and nothing reaches s's records; Validate, which does no I/O,
+	// still answers. Nil skips the whole-call failure case.
+	Broken func(t *testing.T, s ports.Storage) ports.Storage
 	// Store is the store name used in addresses.
 	Store string
-	// Namespace returns a namespace that is fresh for the test (adapters
-	// with persistent state map it to a new database).
+	// Namespace returns a namespace that no other test uses, so that cases
+	// can run in parallel (adapters with persistent state map it to a
+	// fresh database and drop it on cleanup).
 	Namespace func(t testing.TB) string
 	// NewDocument returns a document the storage accepts for addr, holding
 	// the counter n and the payload bytes.
@@ -30,24 +47,47 @@ type Features struct {
 	Counter func(t testing.TB, d domain.Document) int
 	// EmptyDocument returns the smallest document the storage accepts for addr.
 	EmptyDocument func(t testing.TB, addr domain.Address) domain.Document
-	// LargePayloadBytes is the payload size of the large-document test.
-	LargePayloadBytes int
-	// KeyKinds lists the key kinds the storage supports.
+	// InvalidDocuments, when set, returns documents of an accepted content
+	// type that the storage cannot hold at addr (malformed, or using a
+	// reserved field); Validate and Write must reject each.
+	InvalidDocuments func(t testing.TB, addr domain.Address) []domain.Document
+	// MaxParallel bounds how many cases run at once (0: as many as go
+	// test's -parallel flag allows).
+	MaxParallel int
+}
+
+// Features declare what the storage can hold and how hard the suite may
+// load it. The zero value claims everything: every key kind, no size limit,
+// no name the storage rejects.
+type Features struct {
+	// KeyKinds lists the key kinds the storage supports (nil: all).
 	KeyKinds []domain.KeyKind
+	// MaxDocumentBytes is the storage's limit on one document (0: none): a
+	// document with a payload of that many bytes must be rejected with
+	// CodeInvalidArgument.
+	MaxDocumentBytes int
+	// LargePayloadBytes is the payload size of the large-document case
+	// (default 1 MiB); it must fit under MaxDocumentBytes.
+	LargePayloadBytes int
+	// InvalidNamespaces and InvalidDatasets are names the storage cannot
+	// hold; operations on them must be rejected with CodeInvalidArgument.
+	InvalidNamespaces, InvalidDatasets []string
 	// ConcurrentWriters × MergesPerWriter read-modify-write increments run
 	// concurrently on one record (defaults 16 × 200).
 	ConcurrentWriters, MergesPerWriter int
-	// NewConcurrentStorage, when set, returns the storage the concurrency
-	// test uses (for servers that need special client settings).
-	NewConcurrentStorage func(t *testing.T) ports.Storage
 }
 
 // AllKeyKinds lists every key kind.
 var AllKeyKinds = []domain.KeyKind{domain.KeyString, domain.KeyInt64, domain.KeyBytes, domain.KeyObjectID}
 
-// Run runs the whole suite. newStorage returns a ready storage; the suite
-// does not close it (register cleanup in newStorage).
-func Run(t *testing.T, newStorage func(t *testing.T) ports.Storage, f Features) {
+// caseTimeout bounds one case once it runs.
+const caseTimeout = 2 * time.Minute
+
+// Run runs the whole suite.
+func Run(t *testing.T, fx Fixtures, f Features) {
+	if f.KeyKinds == nil {
+		f.KeyKinds = AllKeyKinds
+	}
 	if f.ConcurrentWriters == 0 {
 		f.ConcurrentWriters = 16
 	}
@@ -76,19 +116,25 @@ func Run(t *testing.T, newStorage func(t *testing.T) ports.Storage, f Features) 
 				t.Fatalf("ping: %v", err)
 			}
 		}},
+		{"Validate", testValidate},
+		{"CanceledContext", testCanceledContext},
+		{"WholeCallFailure", testWholeCallFailure},
 	}
 	tests = append(tests, markTests...)
+	var slots chan struct{}
+	if fx.MaxParallel > 0 {
+		slots = make(chan struct{}, fx.MaxParallel)
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var s ports.Storage
-			if tc.name == "ConcurrentReadModifyWrite" && f.NewConcurrentStorage != nil {
-				s = f.NewConcurrentStorage(t)
-			} else {
-				s = newStorage(t)
+			t.Parallel()
+			if slots != nil {
+				slots <- struct{}{}
+				defer func() { <-slots }()
 			}
-			h := &harness{t: t, s: s, f: f, ctx: ctx, ns: f.Namespace(t)}
+			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+			defer cancel()
+			h := &harness{t: t, s: fx.NewStorage(t), fx: fx, f: f, ctx: ctx, ns: fx.Namespace(t)}
 			tc.run(t, h)
 		})
 	}
@@ -97,19 +143,20 @@ func Run(t *testing.T, newStorage func(t *testing.T) ports.Storage, f Features) 
 type harness struct {
 	t   *testing.T
 	s   ports.Storage
+	fx  Fixtures
 	f   Features
 	ctx context.Context
 	ns  string
 }
 
 func (h *harness) addr(dataset string, k domain.Key) domain.Address {
-	return domain.Address{Store: h.f.Store, Namespace: h.ns, Dataset: dataset, Key: k}
+	return domain.Address{Store: h.fx.Store, Namespace: h.ns, Dataset: dataset, Key: k}
 }
 
 func (h *harness) key(name string) domain.Address { return h.addr("records", domain.StringKey(name)) }
 
 func (h *harness) doc(a domain.Address, n int) domain.Document {
-	return h.f.NewDocument(h.t, a, n, []byte(fmt.Sprintf("payload-%d", n)))
+	return h.fx.NewDocument(h.t, a, n, []byte(fmt.Sprintf("payload-%d", n)))
 }
 
 func put(a domain.Address, d domain.Document, c ports.Condition) ports.WriteOp {
@@ -130,8 +177,14 @@ func rev(r domain.Revision) ports.Condition {
 	return ports.Condition{Kind: ports.ConditionRevision, Revision: r}
 }
 
+// write writes valid operations: Validate must accept each of them.
 func (h *harness) write(ops ...ports.WriteOp) []ports.WriteResult {
 	h.t.Helper()
+	for i := range ops {
+		if err := h.s.Validate(ops[i]); err != nil {
+			h.t.Fatalf("Validate rejects operation %d on %v, which the storage must hold: %v", i, ops[i].Address, err)
+		}
+	}
 	res := h.s.Write(h.ctx, ops)
 	if len(res) != len(ops) {
 		h.t.Fatalf("Write returned %d results for %d operations", len(res), len(ops))
@@ -183,7 +236,7 @@ func (h *harness) expectCounter(a domain.Address, want int) domain.Record {
 	if !r.Found {
 		h.t.Fatalf("%v: not found, want counter %d", a, want)
 	}
-	if got := h.f.Counter(h.t, r.Record.Document); got != want {
+	if got := h.fx.Counter(h.t, r.Record.Document); got != want {
 		h.t.Fatalf("%v: counter %d, want %d", a, got, want)
 	}
 	return r.Record
@@ -274,7 +327,7 @@ func testBatchRead(t *testing.T, h *harness) {
 	if res[0].Record.Revision != ra.Revision || res[2].Record.Revision != rb.Revision {
 		t.Fatal("read revisions differ from the written ones")
 	}
-	if h.f.Counter(t, res[0].Record.Document) != 1 || h.f.Counter(t, res[2].Record.Document) != 2 || h.f.Counter(t, res[3].Record.Document) != 1 {
+	if h.fx.Counter(t, res[0].Record.Document) != 1 || h.fx.Counter(t, res[2].Record.Document) != 2 || h.fx.Counter(t, res[3].Record.Document) != 1 {
 		t.Fatal("read returned the wrong documents")
 	}
 	want := h.doc(a, 1)
@@ -385,14 +438,14 @@ func testMixedBatch(t *testing.T, h *harness) {
 func testLargeAndEmpty(t *testing.T, h *harness) {
 	big := h.key("large")
 	payload := bytes.Repeat([]byte("0123456789abcdef"), h.f.LargePayloadBytes/16)
-	d := h.f.NewDocument(t, big, 7, payload)
+	d := h.fx.NewDocument(t, big, 7, payload)
 	h.writeOK(put(big, d, none))
 	got := h.read(big)[0]
 	if !got.Found || !bytes.Equal(got.Record.Document.Data, d.Data) {
 		t.Fatalf("large document (%d bytes) did not round-trip", len(d.Data))
 	}
 	empty := h.key("empty")
-	e := h.f.EmptyDocument(t, empty)
+	e := h.fx.EmptyDocument(t, empty)
 	h.writeOK(put(empty, e, none))
 	r := h.read(empty)[0]
 	if !r.Found || !bytes.Equal(r.Record.Document.Data, e.Data) || r.Record.Document.ContentType != e.ContentType {
@@ -424,13 +477,16 @@ func testKeyKinds(t *testing.T, h *harness) {
 		}
 	}
 	for i, r := range h.read(addrs...) {
-		if !r.Found || h.f.Counter(t, r.Record.Document) != i {
+		if !r.Found || h.fx.Counter(t, r.Record.Document) != i {
 			t.Fatalf("key %v did not round-trip to its own record: %+v", addrs[i], r)
 		}
 	}
 }
 
 func testConcurrentMerges(t *testing.T, h *harness) {
+	if h.fx.NewConcurrentStorage != nil {
+		h.s = h.fx.NewConcurrentStorage(t)
+	}
 	a := h.key("counter")
 	h.writeOK(put(a, h.doc(a, 0), none))
 	var wg sync.WaitGroup
@@ -452,7 +508,7 @@ func testConcurrentMerges(t *testing.T, h *harness) {
 						errs <- fmt.Errorf("read: found=%v err=%v", r.Found, r.Err)
 						return
 					}
-					n := h.f.Counter(t, r.Record.Document)
+					n := h.fx.Counter(t, r.Record.Document)
 					w := h.s.Write(h.ctx, []ports.WriteOp{put(a, h.doc(a, n+1), rev(r.Record.Revision))})[0]
 					if w.Err == nil {
 						break

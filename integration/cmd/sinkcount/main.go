@@ -1,5 +1,5 @@
 // Command sinkcount is the sink binary plus the "count" merge profile
-// (integration/countprofile), whose merges are not idempotent, so that tests
+// (internal/testkit/countprofile), whose merges are not idempotent, so that tests
 // running Sink as a separate process (for example a worker killed with
 // SIGKILL) can count how many mutations were applied twice.
 package main
@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/sink-io/sink/bootstrap"
-	"github.com/sink-io/sink/integration/countprofile"
+	"github.com/sink-io/sink/internal/testkit/countprofile"
 )
 
 func main() { os.Exit(bootstrap.Main(os.Args[1:], bootstrap.MergeProfile(countprofile.New))) }

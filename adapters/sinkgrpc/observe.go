@@ -1,0 +1,137 @@
+package sinkgrpc
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sink-io/sink/domain"
+)
+
+// RequestIDHeader is the metadata key of the request id, read from the
+// request and returned in the response header.
+const RequestIDHeader = "x-request-id"
+
+// MaxRequestIDLength bounds a client-supplied request id; longer ones, and
+// ones with characters outside printable ASCII, are replaced.
+const MaxRequestIDLength = 128
+
+// RPCObserver receives one measurement per finished unary RPC (the metrics
+// adapter implements it): its full method name, status code and latency.
+// It must be safe for concurrent use and cheap.
+type RPCObserver interface {
+	RPC(method string, code codes.Code, d time.Duration)
+}
+
+// UnaryInterceptor returns the interceptor that makes every unary RPC
+// observable. It must be the outermost interceptor. It
+//   - takes the request id from the x-request-id metadata, or generates one
+//     when there is none (or it is unusable), and returns it in the
+//     x-request-id response header;
+//   - puts the request id and the method into the context
+//     (domain.ContextWithRequest), where the application finds them for its
+//     logs;
+//   - reports the RPC's method, code and latency to obs (when not nil);
+//   - logs whole-request failures (status errors) with the request id: at
+//     error level for codes that point at Sink itself (Internal, Unknown,
+//     DataLoss), warning for Unavailable and DeadlineExceeded, info for the
+//     rest (the client's doing, including rate limiting). Whole-request
+//     messages are Sink's own (limits, credentials, rate limits; never a
+//     document or a per-operation error, which the application logs
+//     without its message); they are logged valid UTF-8 and at most
+//     MaxLoggedMessageLength bytes long.
+func UnaryInterceptor(obs RPCObserver, log *slog.Logger) grpc.UnaryServerInterceptor {
+	if log == nil {
+		log = slog.Default()
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		id := requestID(ctx)
+		// The header goes out with the response, also with an error status.
+		_ = grpc.SetHeader(ctx, metadata.MD{RequestIDHeader: []string{id}}) // the key is lower case already
+		ctx = domain.ContextWithRequest(ctx, domain.RequestInfo{ID: id, Method: info.FullMethod})
+		resp, err := handler(ctx, req)
+		code := status.Code(err)
+		if obs != nil {
+			obs.RPC(info.FullMethod, code, time.Since(start))
+		}
+		if err != nil {
+			level := slog.LevelInfo
+			switch code {
+			case codes.Internal, codes.Unknown, codes.DataLoss:
+				level = slog.LevelError
+			case codes.Unavailable, codes.DeadlineExceeded:
+				level = slog.LevelWarn
+			}
+			log.LogAttrs(ctx, level, "request failed: "+code.String(),
+				slog.String("request_id", id),
+				slog.String("rpc", info.FullMethod),
+				slog.String("code", code.String()),
+				slog.String("message", loggedMessage(status.Convert(err).Message())),
+				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+			)
+		}
+		return resp, err
+	}
+}
+
+// MaxLoggedMessageLength bounds the whole-request error message logged.
+const MaxLoggedMessageLength = 512
+
+// loggedMessage returns msg as valid UTF-8 of at most MaxLoggedMessageLength bytes.
+func loggedMessage(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	if len(msg) <= MaxLoggedMessageLength {
+		return msg
+	}
+	cut := MaxLoggedMessageLength
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}
+
+// requestID returns the client's usable x-request-id, or a new one.
+func requestID(ctx context.Context) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		for _, v := range md.Get(RequestIDHeader) {
+			if usableRequestID(v) {
+				return v
+			}
+		}
+	}
+	return NewRequestID()
+}
+
+func usableRequestID(v string) bool {
+	if v == "" || len(v) > MaxRequestIDLength {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] <= ' ' || v[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// NewRequestID returns a random request id (32 hexadecimal digits). A
+// request id correlates logs and is no secret: it comes from the runtime's
+// fast random generator, not from the operating system's (a system call
+// per request).
+func NewRequestID() string {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+	return hex.EncodeToString(b[:])
+}

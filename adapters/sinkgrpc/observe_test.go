@@ -1,0 +1,160 @@
+package sinkgrpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sink-io/sink/domain"
+)
+
+type fakeStream struct {
+	method string
+	header metadata.MD
+}
+
+func (s *fakeStream) Method() string { return s.method }
+func (s *fakeStream) SetHeader(md metadata.MD) error {
+	s.header = metadata.Join(s.header, md)
+	return nil
+}
+func (s *fakeStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
+func (s *fakeStream) SetTrailer(metadata.MD) error    { return nil }
+
+type rpcRecord struct {
+	method string
+	code   codes.Code
+	d      time.Duration
+}
+
+type fakeRPCObserver struct {
+	mu  sync.Mutex
+	got []rpcRecord
+}
+
+func (o *fakeRPCObserver) RPC(method string, code codes.Code, d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, rpcRecord{method, code, d})
+}
+
+func call(t *testing.T, obs RPCObserver, log *slog.Logger, incoming metadata.MD, handler grpc.UnaryHandler) (*fakeStream, error) {
+	t.Helper()
+	const method = "/sink.v1.Sink/Write"
+	stream := &fakeStream{method: method}
+	ctx := grpc.NewContextWithServerTransportStream(context.Background(), stream)
+	if incoming != nil {
+		ctx = metadata.NewIncomingContext(ctx, incoming)
+	}
+	_, err := UnaryInterceptor(obs, log)(ctx, "req", &grpc.UnaryServerInfo{FullMethod: method}, handler)
+	return stream, err
+}
+
+func TestInterceptorPropagatesTheClientRequestID(t *testing.T) {
+	obs := &fakeRPCObserver{}
+	var seen domain.RequestInfo
+	stream, err := call(t, obs, nil, metadata.Pairs(RequestIDHeader, "client-id-1"), func(ctx context.Context, _ any) (any, error) {
+		seen = domain.RequestFromContext(ctx)
+		return "ok", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen.ID != "client-id-1" || seen.Method != "/sink.v1.Sink/Write" {
+		t.Fatalf("the handler saw %+v", seen)
+	}
+	if got := stream.header.Get(RequestIDHeader); len(got) != 1 || got[0] != "client-id-1" {
+		t.Fatalf("response header %v", got)
+	}
+	if len(obs.got) != 1 || obs.got[0].method != "/sink.v1.Sink/Write" || obs.got[0].code != codes.OK {
+		t.Fatalf("observed %+v", obs.got)
+	}
+}
+
+func TestInterceptorGeneratesMissingOrUnusableRequestIDs(t *testing.T) {
+	ids := map[string]bool{}
+	for _, in := range []metadata.MD{nil, metadata.Pairs(RequestIDHeader, ""), metadata.Pairs(RequestIDHeader, "has space"),
+		metadata.Pairs(RequestIDHeader, strings.Repeat("x", MaxRequestIDLength+1))} {
+		var seen string
+		stream, err := call(t, nil, nil, in, func(ctx context.Context, _ any) (any, error) {
+			seen = domain.RequestFromContext(ctx).ID
+			return nil, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seen) != 32 || stream.header.Get(RequestIDHeader)[0] != seen {
+			t.Fatalf("incoming %v: id %q, header %v", in, seen, stream.header)
+		}
+		ids[seen] = true
+	}
+	if len(ids) != 4 {
+		t.Fatalf("generated ids are not unique: %v", ids)
+	}
+}
+
+func TestInterceptorLogsAndCountsWholeRequestFailures(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	obs := &fakeRPCObserver{}
+	stream, err := call(t, obs, log, metadata.Pairs(RequestIDHeader, "rid-7"), func(context.Context, any) (any, error) {
+		return nil, status.Error(codes.InvalidArgument, "request has no operations")
+	})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("err = %v", err)
+	}
+	if stream.header.Get(RequestIDHeader)[0] != "rid-7" {
+		t.Fatal("no request id header on a failed request")
+	}
+	if len(obs.got) != 1 || obs.got[0].code != codes.InvalidArgument {
+		t.Fatalf("observed %+v", obs.got)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", buf.String(), err)
+	}
+	if line["request_id"] != "rid-7" || line["code"] != "InvalidArgument" || line["rpc"] != "/sink.v1.Sink/Write" ||
+		line["message"] != "request has no operations" || line["level"] != "INFO" {
+		t.Fatalf("log line %v", line)
+	}
+
+	buf.Reset()
+	if _, err := call(t, obs, log, nil, func(context.Context, any) (any, error) { return "ok", nil }); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() != 0 {
+		t.Fatalf("a successful request must not be logged: %s", buf.String())
+	}
+}
+
+// Whole-request messages are logged bounded and valid UTF-8; the client
+// gets them whole.
+func TestInterceptorBoundsLoggedMessages(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	long := "bad \xff " + strings.Repeat("é", 2000)
+	_, err := call(t, nil, log, nil, func(context.Context, any) (any, error) {
+		return nil, status.Error(codes.InvalidArgument, long)
+	})
+	if status.Convert(err).Message() != long {
+		t.Fatal("the client must get the whole message")
+	}
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	msg, _ := line["message"].(string)
+	if len(msg) > MaxLoggedMessageLength+len("…") || !strings.HasPrefix(msg, "bad \uFFFD é") || !strings.HasSuffix(msg, "é…") {
+		t.Fatalf("logged message of %d bytes: %q", len(msg), msg)
+	}
+}

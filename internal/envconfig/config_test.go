@@ -1,0 +1,230 @@
+package envconfig
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sink-io/sink/adapters/kafka"
+	"github.com/sink-io/sink/adapters/mergepatch"
+	"github.com/sink-io/sink/adapters/mongodb"
+	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
+	sinkprom "github.com/sink-io/sink/adapters/sinkprom"
+	"github.com/sink-io/sink/application"
+)
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mode != ModeServer || cfg.GRPCAddress != ":8080" || cfg.Store != "primary" || cfg.ShutdownTimeout != 30*time.Second ||
+		cfg.MaxOperations != 1000 || cfg.MongoDB.HiddenField != "__sink" || cfg.Kafka.MaxPollRecords != 500 {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	if err := cfg.Application().Validate(); err != nil {
+		t.Fatalf("default application config invalid: %v", err)
+	}
+}
+
+// One source of defaults: the configs the default environment maps to are
+// the adapters' and the application's own defaults, except for the fields
+// that come from the environment's own settings.
+func TestMappedDefaultsAreTheAdaptersDefaults(t *testing.T) {
+	cfg := Defaults()
+	if loaded, err := Load(map[string]string{}); err != nil || !reflect.DeepEqual(loaded, cfg) {
+		t.Fatalf("Load of an empty environment = %+v, %v; want Defaults() = %+v", loaded, err, cfg)
+	}
+	same := func(what string, got, want any) {
+		t.Helper()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("default %s:\n got %+v\nwant %+v", what, got, want)
+		}
+	}
+	app := application.DefaultConfig()
+	app.AsyncDisabledHint = cfg.Application().AsyncDisabledHint
+	same("application config", cfg.Application(), app)
+	same("health config", cfg.Health(), application.DefaultHealthConfig())
+	metrics := sinkprom.DefaultOptions()
+	metrics.Store = cfg.Store // SINK_STORE, the application's store
+	same("metrics options", cfg.Metrics(), metrics)
+	mo, err := cfg.MongoDBOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("MongoDB options", mo, mongodb.DefaultOptions())
+	same("gRPC limits", cfg.GRPCLimits(), sinkgrpc.DefaultLimits())
+	if cfg.MaxNestingDepth != mergepatch.DefaultMaxDepth {
+		t.Errorf("default SINK_MAX_NESTING_DEPTH %d, merge-patch's %d", cfg.MaxNestingDepth, mergepatch.DefaultMaxDepth)
+	}
+
+	cc := cfg.KafkaClient()
+	wantClient := kafka.DefaultClientConfig()
+	// From SINK_KAFKA_BROKERS, SINK_MODE, SINK_MAX_DOCUMENT_BYTES and the security settings.
+	wantClient.Brokers, wantClient.ClientID, wantClient.MaxRecordBytes, wantClient.Security = cc.Brokers, cc.ClientID, cc.MaxRecordBytes, cc.Security
+	same("Kafka client config", cc, wantClient)
+	q := cfg.Queue()
+	wantQueue := kafka.DefaultQueueConfig()
+	wantQueue.Topic = q.Topic
+	same("queue config", q, wantQueue)
+	sub := cfg.Subscriber()
+	wantSub := kafka.DefaultSubscriberConfig()
+	wantSub.Topic, wantSub.CloseTimeout = sub.Topic, sub.CloseTimeout // SINK_KAFKA_TOPIC, SINK_SHUTDOWN_TIMEOUT
+	same("subscriber config", sub, wantSub)
+	w := cfg.Worker()
+	wantWorker := kafka.DefaultWorkerConfig()
+	wantWorker.Topic, wantWorker.DeadLetterTopic, wantWorker.MaxBatch = w.Topic, w.DeadLetterTopic, w.MaxBatch // SINK_KAFKA_TOPIC, SINK_KAFKA_DEAD_LETTER_TOPIC, SINK_KAFKA_MAX_POLL_RECORDS
+	same("worker config", w, wantWorker)
+}
+
+// The ranges are the adapters' and the application's Validate; their
+// problems name the variables, once each.
+func TestAdapterProblemsNameTheVariables(t *testing.T) {
+	bad := map[string]string{
+		"SINK_STORE":          "", // empty means the default: not a problem
+		"SINK_MAX_OPERATIONS": "0", "SINK_MAX_DOCUMENT_BYTES": "0", "SINK_MAX_KEY_BYTES": "0", "SINK_MAX_NAME_LENGTH": "0",
+		"SINK_MAX_REQUEST_BYTES": "0", "SINK_MERGE_MAX_ATTEMPTS": "0", "SINK_MERGE_TIMEOUT": "0", "SINK_BATCH_MAX_OPS": "0",
+		"SINK_BATCH_SHARDS": "0", "SINK_IDEMPOTENCY_RING": "0", "SINK_APPLY_MAX_ATTEMPTS": "0", "SINK_APPLY_MAX_BACKOFF": "-1s",
+		"SINK_MONGODB_HIDDEN_FIELD": "_id", "SINK_MONGODB_BULK_CHUNK": "0", "SINK_MONGODB_BULK_CONCURRENCY": "0",
+		"SINK_KAFKA_MAX_POLL_RECORDS": "0", "SINK_KAFKA_PUBLISH_TIMEOUT": "0", "SINK_KAFKA_SESSION_TIMEOUT": "0",
+		"SINK_KAFKA_REBALANCE_TIMEOUT": "0", "SINK_KAFKA_LOG_EPOCH": "\xff", "SINK_HEALTH_INTERVAL": "0", "SINK_HEALTH_TIMEOUT": "0",
+		"SINK_METRICS_MAX_DATASETS": "0", "SINK_GRPC_MAX_CONCURRENT_STREAMS": "0", "SINK_GRPC_MAX_CONNECTION_AGE_GRACE": "-1s",
+	}
+	_, err := Load(bad)
+	ce, ok := err.(*ConfigError)
+	if !ok {
+		t.Fatalf("error %T %v", err, err)
+	}
+	leading := map[string]int{}
+	seen := map[string]bool{}
+	for _, p := range ce.Problems {
+		name := leadingVariable(p)
+		if name == "" {
+			t.Errorf("problem names no variable first: %q", p)
+		}
+		if seen[p] {
+			t.Errorf("problem reported twice: %q", p)
+		}
+		seen[p] = true
+		leading[name]++
+	}
+	for name, v := range bad {
+		if v != "" && leading[name] == 0 {
+			t.Errorf("no problem for %s=%q in:\n%v", name, v, err)
+		}
+	}
+	if leading["SINK_STORE"] != 0 || leading["SINK_IDEMPOTENCY_RING"] != 1 {
+		t.Errorf("SINK_STORE: %d problems, SINK_IDEMPOTENCY_RING: %d (the application's and the store's ring), want 0 and 1:\n%v",
+			leading["SINK_STORE"], leading["SINK_IDEMPOTENCY_RING"], err)
+	}
+	for _, want := range []string{
+		"SINK_MERGE_TIMEOUT must be positive, got 0s",
+		"SINK_MAX_REQUEST_BYTES must be positive, got 0",
+		"SINK_KAFKA_PUBLISH_TIMEOUT must be positive, got 0s",
+		"SINK_KAFKA_REBALANCE_TIMEOUT must be at least 3s, got 0s",
+		"SINK_GRPC_MAX_CONNECTION_AGE_GRACE must not be negative (0 = no limit), got -1s",
+		`SINK_MONGODB_HIDDEN_FIELD "_id" must not be`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}
+
+func TestReplaceWord(t *testing.T) {
+	for _, tc := range []struct{ s, from, to, want string }{
+		{"MaxConnectionAgeGrace must be positive", "MaxConnectionAge", "X", "MaxConnectionAgeGrace must be positive"},
+		{"RebalanceTimeout (1s) must not be below SessionTimeout (2s)", "SessionTimeout", "S", "RebalanceTimeout (1s) must not be below S (2s)"},
+		{"batch: max operations must be at least 1", "max operations", "M", "batch: M must be at least 1"},
+	} {
+		if got, _ := replaceWord(tc.s, tc.from, tc.to); got != tc.want {
+			t.Errorf("replaceWord(%q, %q) = %q, want %q", tc.s, tc.from, got, tc.want)
+		}
+	}
+}
+
+func TestDefaultDurationsInTheTable(t *testing.T) {
+	for d, want := range map[time.Duration]string{30 * time.Second: "30s", 5 * time.Minute: "5m", time.Minute: "1m", 90 * time.Minute: "1h30m",
+		2 * time.Hour: "2h", 1500 * time.Millisecond: "1.5s"} {
+		if got := formatDefault(reflect.ValueOf(d)); got != want {
+			t.Errorf("%v renders as %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestEveryProblemIsReportedAtOnce(t *testing.T) {
+	_, err := Load(map[string]string{
+		"SINK_MODE":                 "sideways",
+		"SINK_MAX_OPERATIONS":       "many",
+		"SINK_MAX_KEY_BYTES":        "-1",
+		"SINK_SHUTDOWN_TIMEOUT":     "soon",
+		"SINK_LOG_FORMAT":           "xml",
+		"SINK_GRPC_ADDRESS":         "nowhere",
+		"SINK_KAFKA_BROKERS":        "localhost:9092",
+		"SINK_MONGODB_HIDDEN_FIELD": "a.b",
+		"SINK_MONGODB_BULK_CHUNK":   "100001",
+		"SINK_MERGE_TIMEOUT":        "0s",
+	})
+	if err == nil {
+		t.Fatal("invalid configuration accepted")
+	}
+	ce, ok := err.(*ConfigError)
+	if !ok {
+		t.Fatalf("error type %T", err)
+	}
+	for _, want := range []string{
+		`SINK_MODE must be server, worker or all, got "sideways"`,
+		`SINK_MAX_OPERATIONS="many" is not a valid integer`,
+		"SINK_MAX_KEY_BYTES must be positive, got -1",
+		`SINK_SHUTDOWN_TIMEOUT="soon" is not a valid duration`,
+		`SINK_LOG_FORMAT must be json or text, got "xml"`,
+		`SINK_GRPC_ADDRESS "nowhere" is not a host:port address`,
+		"SINK_KAFKA_BROKERS is set but SINK_KAFKA_TOPIC is not",
+		"SINK_MONGODB_HIDDEN_FIELD",
+		"SINK_MONGODB_BULK_CHUNK must be at most 100000",
+		"SINK_MERGE_TIMEOUT must be positive",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing problem %q in:\n%s", want, err)
+		}
+	}
+	for _, p := range ce.Problems {
+		if strings.Contains(p, "SINK_MAX_OPERATIONS must be positive") {
+			t.Errorf("an unparsable value must be reported once, not also as a range problem: %q", p)
+		}
+	}
+}
+
+func TestWorkerModesNeedKafka(t *testing.T) {
+	for _, mode := range []string{ModeWorker, ModeAll} {
+		_, err := Load(map[string]string{"SINK_MODE": mode})
+		if err == nil || !strings.Contains(err.Error(), "SINK_KAFKA_BROKERS, SINK_KAFKA_TOPIC and SINK_KAFKA_GROUP_ID") {
+			t.Fatalf("%s without Kafka: %v", mode, err)
+		}
+		_, err = Load(map[string]string{"SINK_MODE": mode, "SINK_KAFKA_BROKERS": "b:9092", "SINK_KAFKA_TOPIC": "t"})
+		if err == nil || !strings.Contains(err.Error(), "SINK_KAFKA_GROUP_ID") {
+			t.Fatalf("%s without group: %v", mode, err)
+		}
+	}
+}
+
+// The README's configuration table is generated from Config; this test keeps
+// them in step (regenerate with: go run ./cmd/sink config-table).
+func TestREADMEConfigTableMatchesConfig(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- config-table:begin -->\n", "<!-- config-table:end -->"
+	s := string(b)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatal("README has no config-table markers")
+	}
+	if got, want := s[i+len(begin):j], ConfigTable(); got != want {
+		t.Fatalf("README configuration table is out of date; replace it with the output of `go run ./cmd/sink config-table`:\n%s", want)
+	}
+}

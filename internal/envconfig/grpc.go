@@ -1,0 +1,85 @@
+package envconfig
+
+import (
+	"errors"
+	"time"
+
+	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
+)
+
+// GRPCConfig bounds the resources one client can hold on the gRPC API:
+// streams, connection lifetime, keepalive pings, handshakes and health
+// watchers (sinkgrpc.Limits; see docs/security.md). The defaults are
+// sinkgrpc.DefaultLimits().
+type GRPCConfig struct {
+	MaxConcurrentStreams  int           `env:"SINK_GRPC_MAX_CONCURRENT_STREAMS" desc:"Most concurrent calls (HTTP/2 streams) on one gRPC connection; the client queues the others."`
+	MaxConnectionIdle     time.Duration `env:"SINK_GRPC_MAX_CONNECTION_IDLE" desc:"A gRPC connection without calls for this long is closed gracefully (0 = never); clients reconnect transparently."`
+	MaxConnectionAge      time.Duration `env:"SINK_GRPC_MAX_CONNECTION_AGE" desc:"A gRPC connection older than this (plus or minus 10% jitter) is asked to go away, so that clients reconnect and spread over replicas (0 = never)."`
+	MaxConnectionAgeGrace time.Duration `env:"SINK_GRPC_MAX_CONNECTION_AGE_GRACE" desc:"How long the calls of a connection that reached SINK_GRPC_MAX_CONNECTION_AGE may still run before it is closed (0 = no limit)."`
+	KeepaliveMinTime      time.Duration `env:"SINK_GRPC_KEEPALIVE_MIN_TIME" desc:"Shortest interval at which clients may send keepalive pings (also on idle connections); clients that ping more often are disconnected (GOAWAY too_many_pings)."`
+	HandshakeTimeout      time.Duration `env:"SINK_GRPC_HANDSHAKE_TIMEOUT" desc:"How long a new gRPC connection may take to finish its TLS handshake and HTTP/2 preface before it is closed."`
+	MaxHealthWatchers     int           `env:"SINK_GRPC_MAX_HEALTH_WATCHERS" desc:"Most health Watch streams open at once, server-wide (they need no credentials); more are refused with RESOURCE_EXHAUSTED."`
+}
+
+// grpcNames maps the fields sinkgrpc.Limits.Validate names to variables.
+// In the environment 0 means never (sinkgrpc.Never), so a connection
+// lifetime that Limits finds not positive was negative here.
+var grpcNames = []rename{
+	{"MaxConnectionIdle must be positive", "SINK_GRPC_MAX_CONNECTION_IDLE must not be negative (0 = never)"},
+	{"MaxConnectionAge must be positive", "SINK_GRPC_MAX_CONNECTION_AGE must not be negative (0 = never)"},
+	{"MaxConnectionAgeGrace must be positive", "SINK_GRPC_MAX_CONNECTION_AGE_GRACE must not be negative (0 = no limit)"},
+	{"MaxConcurrentStreams", "SINK_GRPC_MAX_CONCURRENT_STREAMS"},
+	{"MaxConnectionIdle", "SINK_GRPC_MAX_CONNECTION_IDLE"},
+	{"MaxConnectionAge", "SINK_GRPC_MAX_CONNECTION_AGE"},
+	{"MaxConnectionAgeGrace", "SINK_GRPC_MAX_CONNECTION_AGE_GRACE"},
+	{"KeepaliveMinTime", "SINK_GRPC_KEEPALIVE_MIN_TIME"},
+	{"HandshakeTimeout", "SINK_GRPC_HANDSHAKE_TIMEOUT"},
+	{"MaxHealthWatchers", "SINK_GRPC_MAX_HEALTH_WATCHERS"},
+}
+
+// validate reports the problems of the gRPC limits
+// (sinkgrpc.Limits.Validate), naming the variables.
+func (g GRPCConfig) validate(unparsed map[string]bool) error {
+	return errors.Join(renamed("gRPC limits", Config{GRPC: g}.GRPCLimits().Validate(), grpcNames, unparsed)...)
+}
+
+// GRPCLimits returns the gRPC server limits (0 = never becomes
+// sinkgrpc.Never).
+func (c Config) GRPCLimits() sinkgrpc.Limits {
+	g := c.GRPC
+	never := func(d time.Duration) time.Duration {
+		if d == 0 {
+			return sinkgrpc.Never
+		}
+		return d
+	}
+	return sinkgrpc.Limits{
+		MaxConcurrentStreams:  g.MaxConcurrentStreams,
+		MaxConnectionIdle:     never(g.MaxConnectionIdle),
+		MaxConnectionAge:      never(g.MaxConnectionAge),
+		MaxConnectionAgeGrace: never(g.MaxConnectionAgeGrace),
+		KeepaliveMinTime:      g.KeepaliveMinTime,
+		HandshakeTimeout:      g.HandshakeTimeout,
+		MaxHealthWatchers:     g.MaxHealthWatchers,
+	}
+}
+
+// grpcDefaults returns the environment's form of sinkgrpc.DefaultLimits().
+func grpcDefaults() GRPCConfig {
+	l := sinkgrpc.DefaultLimits()
+	zero := func(d time.Duration) time.Duration {
+		if d == sinkgrpc.Never {
+			return 0
+		}
+		return d
+	}
+	return GRPCConfig{
+		MaxConcurrentStreams:  l.MaxConcurrentStreams,
+		MaxConnectionIdle:     zero(l.MaxConnectionIdle),
+		MaxConnectionAge:      zero(l.MaxConnectionAge),
+		MaxConnectionAgeGrace: zero(l.MaxConnectionAgeGrace),
+		KeepaliveMinTime:      l.KeepaliveMinTime,
+		HandshakeTimeout:      l.HandshakeTimeout,
+		MaxHealthWatchers:     l.MaxHealthWatchers,
+	}
+}
