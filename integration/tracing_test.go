@@ -150,7 +150,7 @@ func findSpan(spans []sdktrace.ReadOnlySpan, ok func(sdktrace.ReadOnlySpan) bool
 func hasAttr(sp sdktrace.ReadOnlySpan, key, value string) bool {
 	for _, kv := range sp.Attributes() {
 		if kv.Key == attribute.Key(key) {
-			return kv.Value.Emit() == value
+			return kv.Value.String() == value
 		}
 	}
 	return false

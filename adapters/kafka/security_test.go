@@ -156,7 +156,7 @@ func TestSecurityConfigHidesThePassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, s := range map[string]string{
-		"%v": fmt.Sprintf("%v", sec), "%+v": fmt.Sprintf("%+v", sec), "%#v": fmt.Sprintf("%#v", sec), "%s": fmt.Sprintf("%s", sec),
+		"%v": fmt.Sprintf("%v", sec), "%+v": fmt.Sprintf("%+v", sec), "%#v": fmt.Sprintf("%#v", sec), "%s": sec.String(),
 		"client %+v": fmt.Sprintf("%+v", ClientConfig{Security: sec}), "slog": logs.String(), "json": string(j),
 	} {
 		if strings.Contains(s, "hunter2") {

@@ -64,7 +64,7 @@ func TestStorageCallsAreSpans(t *testing.T) {
 		sp := spans[i]
 		got := map[string]string{}
 		for _, kv := range sp.Attributes() {
-			got[string(kv.Key)] = kv.Value.Emit()
+			got[string(kv.Key)] = kv.Value.String()
 		}
 		if sp.Name() != want.name || sp.SpanKind() != trace.SpanKindClient || sp.Parent().SpanID() != parent.SpanContext().SpanID() {
 			t.Errorf("span %d: %q kind %v parent %s, want %q, client, %s", i, sp.Name(), sp.SpanKind(), sp.Parent().SpanID(), want.name, parent.SpanContext().SpanID())
