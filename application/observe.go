@@ -28,26 +28,6 @@ func (c Completion) observed() ports.OperationCompletion {
 	return ports.CompletionWaitUntilApplied
 }
 
-// observed returns s as an observed status.
-func (s Status) observed() ports.OperationStatus {
-	switch s {
-	case StatusApplied:
-		return ports.StatusApplied
-	case StatusAccepted:
-		return ports.StatusAccepted
-	case StatusFound:
-		return ports.StatusFound
-	case StatusNotFound:
-		return ports.StatusNotFound
-	case StatusPreconditionFailed:
-		return ports.StatusPreconditionFailed
-	case StatusFailed:
-		return ports.StatusFailed
-	default:
-		return ports.StatusUnspecified
-	}
-}
-
 // withError returns o with the code of e, if any.
 func withError(o ports.OperationOutcome, e *domain.Error) ports.OperationOutcome {
 	if e != nil {
@@ -88,7 +68,7 @@ func (s *Service) observeReads(ctx context.Context, v verdicts, results []ReadRe
 	errs := make([]*domain.Error, len(results))
 	for i, r := range results {
 		outcomes[i] = withError(ports.OperationOutcome{
-			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: ports.OperationRead, Status: r.Status.observed(),
+			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: ports.OperationRead, Status: r.Status,
 		}, r.Err)
 		errs[i] = r.Err
 	}
@@ -103,7 +83,7 @@ func (s *Service) observeMutations(ctx context.Context, useCase string, work []d
 	for i, r := range results {
 		outcomes[i] = withError(ports.OperationOutcome{
 			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: ports.OperationKindOf(work[i].Kind),
-			Completion: completion.observed(), Status: r.Status.observed(),
+			Completion: completion.observed(), Status: r.Status,
 		}, r.Err)
 		errs[i] = r.Err
 	}
@@ -152,7 +132,7 @@ func (s *Service) observeApplied(work []domain.Mutation, valid []bool, outcomes 
 			oc.Status = ports.StatusApplied
 		default:
 			e := domain.AsError(o.Err)
-			oc.Status = statusOf(e).observed()
+			oc.Status = statusOf(e)
 			oc = withError(oc, e)
 			if e.Code == domain.CodeSuperseded {
 				cov = domain.Superseded

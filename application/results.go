@@ -2,46 +2,30 @@ package application
 
 import (
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
 )
 
-// Status is the outcome class of one operation.
-type Status uint8
+// Status is the outcome class of one operation: ports.OperationStatus,
+// so that results and the observers' outcomes are one type (a result never
+// has StatusSkipped, which only the worker reports).
+type Status = ports.OperationStatus
 
 // Statuses.
 const (
-	StatusUnspecified Status = iota
+	StatusUnspecified = ports.StatusUnspecified
 	// StatusApplied: storage applied the write or delete.
-	StatusApplied
+	StatusApplied = ports.StatusApplied
 	// StatusAccepted: the durable queue accepted the write or delete.
-	StatusAccepted
+	StatusAccepted = ports.StatusAccepted
 	// StatusFound: the read found the record.
-	StatusFound
+	StatusFound = ports.StatusFound
 	// StatusNotFound: the record does not exist (an error only for REPLACE).
-	StatusNotFound
+	StatusNotFound = ports.StatusNotFound
 	// StatusPreconditionFailed: CREATE found a record, or the revision differed.
-	StatusPreconditionFailed
+	StatusPreconditionFailed = ports.StatusPreconditionFailed
 	// StatusFailed: see the error.
-	StatusFailed
+	StatusFailed = ports.StatusFailed
 )
-
-func (s Status) String() string {
-	switch s {
-	case StatusApplied:
-		return "applied"
-	case StatusAccepted:
-		return "accepted"
-	case StatusFound:
-		return "found"
-	case StatusNotFound:
-		return "not_found"
-	case StatusPreconditionFailed:
-		return "precondition_failed"
-	case StatusFailed:
-		return "failed"
-	default:
-		return "unspecified"
-	}
-}
 
 // ReadResult is the result of one read operation.
 type ReadResult struct {

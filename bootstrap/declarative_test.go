@@ -2,8 +2,8 @@ package bootstrap
 
 import (
 	"context"
+	"github.com/sink-io/sink/internal/testkit"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,12 +15,7 @@ import (
 )
 
 func writeProfiles(t *testing.T, src string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "profiles.yaml")
-	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return testkit.WriteFile(t, "profiles.yaml", src)
 }
 
 // TestMergeProfilesFileEveryRole: every role loads SINK_MERGE_PROFILES_FILE

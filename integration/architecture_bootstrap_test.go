@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -119,47 +120,22 @@ func TestBootstrapRuleCatchesViolations(t *testing.T) {
 // folder's name, main for commands, and for generated protobuf packages
 // (proto/<name>/v1) the folder names joined (sinkv1, queuev1).
 func packageNameOK(dir, name string) bool {
-	base := filepath.Base(dir)
+	base := path.Base(dir)
 	switch {
 	case name == base, name == "main":
 		return true
-	case underPath(filepath.ToSlash(dir), "proto"):
-		return name == filepath.Base(filepath.Dir(dir))+base
+	case underPath(dir, "proto"):
+		return name == path.Base(path.Dir(dir))+base
 	}
 	return false
 }
 
 func TestPackageNamesMatchFolders(t *testing.T) {
-	root := repoRoot(t)
-	checked := 0
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
+	checked := productionGoFiles(t, parser.PackageClauseOnly, func(rel string, f *ast.File) {
+		if dir := path.Dir(rel); !packageNameOK(dir, f.Name.Name) {
+			t.Errorf("%s: package %s in folder %s", rel, f.Name.Name, dir)
 		}
-		if d.IsDir() {
-			switch d.Name() {
-			case ".git", ".bin", "tools", "testdata", "node_modules":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.PackageClauseOnly)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, filepath.Dir(path))
-		checked++
-		if !packageNameOK(rel, f.Name.Name) {
-			t.Errorf("%s: package %s in folder %s", path, f.Name.Name, rel)
-		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if checked < 20 {
 		t.Fatalf("checked only %d files", checked)
 	}

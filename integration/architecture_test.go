@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -29,12 +30,31 @@ const module = testkit.ModulePath
 //     onto the application's and adapters' configs) never imports
 //     bootstrap or the command line, and adapters never import it;
 //   - the rest of internal/ (technology helpers shared by adapters, such as
-//     the BSON wire-format check) imports none of Sink's layers;
+//     the BSON wire-format check and the storage call's span) imports no
+//     layer of Sink but domain;
 //   - only bootstrap imports fx;
 //   - production code (everything outside integration/ and the test kit
 //     internal/testkit/) never imports the test kit or the conformance
 //     suites ports/storagetest and ports/mergetest.
 func TestDependencyRule(t *testing.T) {
+	files := productionGoFiles(t, parser.ImportsOnly, func(rel string, f *ast.File) {
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if msg := violates(rel, p); msg != "" {
+				t.Errorf("%s imports %s: %s", rel, p, msg)
+			}
+		}
+	})
+	if files < 20 {
+		t.Fatalf("checked only %d files; is the walk broken?", files)
+	}
+}
+
+// productionGoFiles parses every production (non-test) Go file of the
+// module with mode and calls check with its slash-separated path relative
+// to the repository root; it returns how many files it checked.
+func productionGoFiles(t *testing.T, mode parser.Mode, check func(rel string, f *ast.File)) int {
+	t.Helper()
 	root := repoRoot(t)
 	files := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -52,26 +72,18 @@ func TestDependencyRule(t *testing.T) {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, mode)
 		if err != nil {
 			return err
 		}
 		files++
-		for _, imp := range f.Imports {
-			p, _ := strconv.Unquote(imp.Path.Value)
-			if msg := violates(rel, p); msg != "" {
-				t.Errorf("%s imports %s: %s", rel, p, msg)
-			}
-		}
+		check(filepath.ToSlash(rel), f)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if files < 20 {
-		t.Fatalf("checked only %d files; is the walk broken?", files)
-	}
+	return files
 }
 
 func TestDependencyRuleCatchesViolations(t *testing.T) {
@@ -106,6 +118,7 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		"adapters/kafka/z.go":         module + "/internal/envconfig",
 		"adapters/auth/x.go":          module + "/internal/cli",
 		"internal/pemfile/x.go":       module + "/adapters/kafka",
+		"internal/storagespan/x.go":   module + "/ports",
 	}
 	for file, imp := range bad {
 		if violates(file, imp) == "" {
@@ -113,20 +126,21 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		}
 	}
 	good := map[string]string{
-		"domain/x.go":             "encoding/binary",
-		"ports/x.go":              module + "/domain",
-		"application/x.go":        module + "/ports",
-		"adapters/sinkgrpc/x.go":  module + "/application",
-		"adapters/memory/x.go":    module + "/ports",
-		"bootstrap/x.go":          "go.uber.org/fx",
-		"adapters/mongodb/x.go":   module + "/internal/bsonwire",
-		"application/z.go":        module + "/internal/ctxtime",
-		"adapters/kafka/y.go":     module + "/internal/ctxtime",
-		"internal/cli/x.go":       module + "/adapters/kafka",
-		"internal/cli/y.go":       module + "/internal/envconfig",
-		"internal/envconfig/x.go": module + "/adapters/kafka",
-		"internal/envconfig/y.go": module + "/application",
-		"adapters/auth/x.go":      module + "/internal/pemfile",
+		"domain/x.go":               "encoding/binary",
+		"ports/x.go":                module + "/domain",
+		"application/x.go":          module + "/ports",
+		"adapters/sinkgrpc/x.go":    module + "/application",
+		"adapters/memory/x.go":      module + "/ports",
+		"bootstrap/x.go":            "go.uber.org/fx",
+		"adapters/mongodb/x.go":     module + "/internal/bsonwire",
+		"application/z.go":          module + "/internal/ctxtime",
+		"adapters/kafka/y.go":       module + "/internal/ctxtime",
+		"internal/cli/x.go":         module + "/adapters/kafka",
+		"internal/cli/y.go":         module + "/internal/envconfig",
+		"internal/envconfig/x.go":   module + "/adapters/kafka",
+		"internal/envconfig/y.go":   module + "/application",
+		"adapters/auth/x.go":        module + "/internal/pemfile",
+		"internal/storagespan/x.go": module + "/domain",
 		// Test code may import test code.
 		"internal/testkit/sinktest/x.go":  module + "/bootstrap",
 		"internal/testkit/kafkatest/x.go": module + "/internal/testkit",
@@ -204,8 +218,8 @@ func violates(file, imp string) string {
 		if underPath(file, "internal/ctxtime") && !stdlib(imp) {
 			return "internal/ctxtime imports only the standard library (the application layer imports it)"
 		}
-		if internal && !under("internal") {
-			return "internal/ holds shared technology helpers that import none of Sink's layers"
+		if internal && !under("internal") && !under("domain") {
+			return "internal/ holds shared technology helpers that import no layer of Sink but domain"
 		}
 	case "adapters":
 		if !internal {

@@ -3,6 +3,7 @@ package kafka
 import (
 	"errors"
 	"fmt"
+	"github.com/sink-io/sink/domain"
 	"time"
 	"unicode/utf8"
 )
@@ -37,8 +38,9 @@ const (
 	DefaultRedeliveryDelay = time.Second
 	// DefaultCloseTimeout is SubscriberConfig.CloseTimeout's default.
 	DefaultCloseTimeout = 30 * time.Second
-	// MaxLogEpochBytes is the longest SubscriberConfig.LogEpoch.
-	MaxLogEpochBytes = 128
+	// MaxLogEpochBytes is the longest SubscriberConfig.LogEpoch: the
+	// longest log identity the records' applied marks hold.
+	MaxLogEpochBytes = domain.MaxLogBytes
 
 	// DefaultMaxBatch is WorkerConfig.MaxBatch's default.
 	DefaultMaxBatch = 10000

@@ -43,7 +43,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		{"client", ClientConfig{PublishTimeout: -time.Second, MaxRecordBytes: 1, SessionTimeout: 10 * time.Second, RebalanceTimeout: 2 * time.Second}.Validate(),
 			[]string{"PublishTimeout must be positive, got -1s", "RebalanceTimeout must be at least 3s, got 2s", "RebalanceTimeout (2s) must not be below SessionTimeout (10s)"}},
 		{"subscriber", SubscriberConfig{MaxPollRecords: 0, CommitTimeout: time.Second, RedeliveryDelay: time.Second, CloseTimeout: time.Second, MaxParked: -1, LogEpoch: "\xff"}.Validate(),
-			[]string{"MaxPollRecords must be positive, got 0", "MaxParked must not be negative, got -1", "LogEpoch must be valid UTF-8 of at most 128 bytes"}},
+			[]string{"MaxPollRecords must be positive, got 0", "MaxParked must not be negative, got -1", "LogEpoch must be valid UTF-8 of at most 256 bytes"}},
 		{"worker", WorkerConfig{MaxBatch: 1, BatchTimeout: 0, DeadLetterTimeout: time.Second, MaxAttempts: -2}.Validate(),
 			[]string{"BatchTimeout must be positive, got 0s", "MaxAttempts must be positive, got -2"}},
 		{"queue", QueueConfig{}.Validate(), []string{"PublishTimeout must be positive, got 0s"}},

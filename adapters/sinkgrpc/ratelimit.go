@@ -59,6 +59,8 @@ type RateLimiter struct {
 	bytes *rate.Limiter
 	now   func() time.Time
 
+	admitting sync.Mutex // serializes admit
+
 	mu         sync.Mutex
 	principals map[string]*rate.Limiter
 	shared     *rate.Limiter // principals beyond MaxPrincipalBuckets
@@ -118,7 +120,14 @@ func (r *RateLimiter) newPrincipalBucket() *rate.Limiter {
 // admit takes ops operations and n bytes from the buckets, or nothing: it
 // returns a RESOURCE_EXHAUSTED status error when any bucket cannot supply
 // them now.
+//
+// Admissions are serialized: concurrent reservations on an exhausted
+// bucket would otherwise each see the others' reservations not yet
+// cancelled, and report more than the true delay (two at once: 2 s at
+// 1 operation/s).
 func (r *RateLimiter) admit(principal string, ops, n int) error {
+	r.admitting.Lock()
+	defer r.admitting.Unlock()
 	now := r.now()
 	var taken []*rate.Reservation
 	release := func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -149,5 +150,46 @@ func TestRateLimiterBoundsPrincipalBuckets(t *testing.T) {
 	}
 	if len(r.principals) != 1 || r.principals["new-3"] == nil {
 		t.Fatalf("buckets %v, want only new-3's", r.principals)
+	}
+}
+
+// Concurrent requests on an exhausted bucket each get the true delay: one
+// operation at 1/s is never more than 1 s away (unserialized reservations
+// saw each other before they were cancelled and reported 2 s and more).
+func TestRateLimiterConcurrentRejectionsReportTheTrueDelay(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := NewRateLimiter("primary", RateLimit{OpsPerSecond: 1, OpsBurst: 1})
+	r.now = func() time.Time { return now }
+	if err := r.admit("", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	delays := make(chan time.Duration, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
+			err := r.admit("", 1, 0)
+			st, _ := status.FromError(StatusError(err))
+			for _, d := range st.Details() {
+				if ri, ok := d.(*errdetails.RetryInfo); ok {
+					delays <- ri.GetRetryDelay().AsDuration()
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(delays)
+	got := 0
+	for d := range delays {
+		got++
+		if d <= 0 || d > time.Second {
+			t.Fatalf("retry delay %v, want (0, 1s]", d)
+		}
+	}
+	if got != n {
+		t.Fatalf("%d of %d requests were rejected with a delay", got, n)
 	}
 }

@@ -3,19 +3,13 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"github.com/sink-io/sink/internal/testkit"
 	"strings"
 	"testing"
 )
 
 func writeProfiles(t *testing.T, src string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "profiles.yaml")
-	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return testkit.WriteFile(t, "profiles.yaml", src)
 }
 
 func TestProfilesCommand(t *testing.T) {

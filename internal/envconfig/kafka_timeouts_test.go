@@ -39,7 +39,7 @@ func TestKafkaTimeoutsValidated(t *testing.T) {
 		{"rebalance too short", map[string]string{"SINK_KAFKA_REBALANCE_TIMEOUT": "1s"}, "SINK_KAFKA_REBALANCE_TIMEOUT must be at least 3s"},
 		{"backoff exceeds the budget", map[string]string{"SINK_APPLY_MAX_BACKOFF": "10s"}, "SINK_APPLY_MAX_BACKOFF (10s) must be at most SINK_KAFKA_REBALANCE_TIMEOUT/12 (5s)"},
 		{"longer rebalance allows it", map[string]string{"SINK_APPLY_MAX_BACKOFF": "10s", "SINK_KAFKA_REBALANCE_TIMEOUT": "2m"}, ""},
-		{"log epoch too long", map[string]string{"SINK_KAFKA_LOG_EPOCH": strings.Repeat("e", 129)}, "SINK_KAFKA_LOG_EPOCH must be valid UTF-8 of at most 128 bytes"},
+		{"log epoch too long", map[string]string{"SINK_KAFKA_LOG_EPOCH": strings.Repeat("e", 257)}, "SINK_KAFKA_LOG_EPOCH must be valid UTF-8 of at most 256 bytes"},
 		{"log epoch not UTF-8", map[string]string{"SINK_KAFKA_LOG_EPOCH": "\xff"}, "SINK_KAFKA_LOG_EPOCH must be valid UTF-8"},
 		{"unparsable rebalance is reported once", map[string]string{"SINK_KAFKA_REBALANCE_TIMEOUT": "soon"}, `SINK_KAFKA_REBALANCE_TIMEOUT="soon" is not a valid duration`},
 	} {
