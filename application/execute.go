@@ -93,24 +93,15 @@ func (s *Service) runWrites(batch []*waiter[*job]) {
 	s.applyJobs(ctx, jobs, h)
 }
 
-// readBackReporter is optionally implemented by a storage to tell whether
-// a read of a record right after a successful put returns exactly the
-// document written (content type and bytes), as the storage port's
-// contract and its conformance suite require. A storage that implements it
-// and returns false gets no last-written-state hints (see hintTable): every
-// fold of merges then reads its record.
-type readBackReporter interface {
-	ReadsBackWrites() bool
-}
-
-// keepsHints reports whether the service keeps last-written-state hints:
-// with natural batching, unless the storage says it does not read back
-// what it was given.
+// keepsHints reports whether the service keeps last-written-state hints
+// (see hintTable): with natural batching, unless the storage says it does
+// not read back what it was given (ports.ReadBackReporter); without them
+// every fold of merges reads its record.
 func (s *Service) keepsHints() bool {
 	if s.writes == nil {
 		return false
 	}
-	r, ok := s.storage.(readBackReporter)
+	r, ok := s.storage.(ports.ReadBackReporter)
 	return !ok || r.ReadsBackWrites()
 }
 

@@ -37,6 +37,8 @@ type noReadBack struct{ ports.Storage }
 
 func (noReadBack) ReadsBackWrites() bool { return false }
 
+var _ ports.ReadBackReporter = noReadBack{}
+
 // hinted is a service with batching on (one shard) over a stepped storage
 // over a counting Delayed over a memory store (mem, which tests write to
 // directly to play another writer).

@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"github.com/sink-io/sink/internal/testkit"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/testkit"
 	"github.com/sink-io/sink/ports"
 )
 

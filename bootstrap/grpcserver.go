@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
-	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
+	"github.com/sink-io/sink/adapters/sinkgrpc"
 )
 
 // GRPCEndpoint is the gRPC listener; its Addr is the bound address once

@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"github.com/sink-io/sink/adapters/opshttp"
 	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -11,7 +10,8 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/kafka"
-	sinkprom "github.com/sink-io/sink/adapters/sinkprom"
+	"github.com/sink-io/sink/adapters/opshttp"
+	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/ports"
 )

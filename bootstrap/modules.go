@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/sink-io/sink/adapters/mergepatch"
-	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
+	"github.com/sink-io/sink/adapters/sinkgrpc"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/ports"
 )

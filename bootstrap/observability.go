@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"cmp"
-	"github.com/sink-io/sink/internal/envconfig"
 	"log/slog"
 	"slices"
 
@@ -11,9 +10,10 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/sink-io/sink/adapters/opshttp"
-	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
-	sinkprom "github.com/sink-io/sink/adapters/sinkprom"
+	"github.com/sink-io/sink/adapters/sinkgrpc"
+	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/application"
+	"github.com/sink-io/sink/internal/envconfig"
 	"github.com/sink-io/sink/ports"
 )
 

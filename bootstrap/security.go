@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sink-io/sink/adapters/auth"
-	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
+	"github.com/sink-io/sink/adapters/sinkgrpc"
 )
 
 // GRPCServerOptions are the gRPC server options of the security settings:

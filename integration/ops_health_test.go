@@ -11,7 +11,7 @@ import (
 	"go.uber.org/fx"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
+	"github.com/sink-io/sink/adapters/sinkgrpc"
 	"github.com/sink-io/sink/internal/testkit/sinktest"
 	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 
-	sinkprom "github.com/sink-io/sink/adapters/sinkprom"
+	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/internal/testkit/kafkatest"

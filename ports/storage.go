@@ -163,3 +163,14 @@ func CheckMark(op *WriteOp, mark domain.AppliedMark) *WriteResult {
 	}
 	return nil
 }
+
+// ReadBackReporter is optionally implemented by a Storage to say whether a
+// read of a record right after a successful put returns exactly the
+// document written (content type and bytes), as the Storage contract and
+// its conformance suite require. A storage that reports false is never
+// trusted to have stored what it was given: the application then reads a
+// record before every read-modify-write instead of starting from the state
+// it last wrote itself.
+type ReadBackReporter interface {
+	ReadsBackWrites() bool
+}

@@ -6,11 +6,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/sink-io/sink/internal/pemfile"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sink-io/sink/internal/pemfile"
 )
 
 // ServerTLSConfig names the PEM files of a TLS server.

@@ -3,9 +3,10 @@ package kafka
 import (
 	"errors"
 	"fmt"
-	"github.com/sink-io/sink/domain"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sink-io/sink/domain"
 )
 
 // Defaults of the adapter's settings. The constructors fill the zero

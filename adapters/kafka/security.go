@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/sink-io/sink/internal/pemfile"
 	"log/slog"
 	"strings"
 
@@ -12,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/sink-io/sink/internal/pemfile"
 )
 
 // SASL mechanisms of SecurityConfig.SASLMechanism.

@@ -2,10 +2,10 @@ package memory
 
 import (
 	"context"
-	"github.com/sink-io/sink/internal/storagespan"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sink-io/sink/internal/storagespan"
 	"github.com/sink-io/sink/ports"
 )
 

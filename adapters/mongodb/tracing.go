@@ -2,11 +2,11 @@ package mongodb
 
 import (
 	"context"
-	"github.com/sink-io/sink/internal/storagespan"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sink-io/sink/internal/storagespan"
 	"github.com/sink-io/sink/ports"
 )
 

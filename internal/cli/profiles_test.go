@@ -3,9 +3,10 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/sink-io/sink/internal/testkit"
 	"strings"
 	"testing"
+
+	"github.com/sink-io/sink/internal/testkit"
 )
 
 func writeProfiles(t *testing.T, src string) string {

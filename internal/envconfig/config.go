@@ -16,7 +16,7 @@ import (
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/adapters/mergepatch"
 	"github.com/sink-io/sink/adapters/mongodb"
-	sinkprom "github.com/sink-io/sink/adapters/sinkprom"
+	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/application"
 )
 
@@ -407,7 +407,11 @@ func (c Config) Worker() kafka.WorkerConfig {
 }
 
 // Names of the settings in the problems of the adapters' and the
-// application's Validate, and their variables (see renamed). A variable
+// application's Validate, and their variables (see renamed). Configs whose
+// messages also appear at run time, after start-up (TLS files re-read by
+// auth.ServerTLS, the listeners' addresses, the MongoDB URI), take the
+// variable names in the config itself instead (Names, Setting), so that
+// those messages name the variable too. A variable
 // of "" marks a setting derived from another variable, whose own check
 // reports the problem: CommitTimeout, BatchTimeout and DeadLetterTimeout
 // are fractions of SINK_KAFKA_REBALANCE_TIMEOUT, which the Kafka client's

@@ -11,8 +11,8 @@ import (
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/adapters/mergepatch"
 	"github.com/sink-io/sink/adapters/mongodb"
-	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
-	sinkprom "github.com/sink-io/sink/adapters/sinkprom"
+	"github.com/sink-io/sink/adapters/sinkgrpc"
+	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/application"
 )
 

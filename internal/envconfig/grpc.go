@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
+	"github.com/sink-io/sink/adapters/sinkgrpc"
 )
 
 // GRPCConfig bounds the resources one client can hold on the gRPC API:

@@ -6,7 +6,7 @@ import (
 	"net"
 	"time"
 
-	sinkprom "github.com/sink-io/sink/adapters/sinkprom"
+	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/application"
 )
 

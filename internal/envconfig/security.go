@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sink-io/sink/internal/pemfile"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/sink-io/sink/adapters/auth"
-	sinkgrpc "github.com/sink-io/sink/adapters/sinkgrpc"
+	"github.com/sink-io/sink/adapters/sinkgrpc"
+	"github.com/sink-io/sink/internal/pemfile"
 )
 
 // TLSConfig enables TLS and mutual TLS on the gRPC API.
