@@ -22,6 +22,15 @@ type ServerConfig struct {
 	Logger *slog.Logger
 }
 
+func (c *ServerConfig) setDefaults() {
+	if c.Setting == "" {
+		c.Setting = "the HTTP address"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
 // Server serves the operations endpoint's handler on one address. Start
 // opens the address (so that start-up fails clearly when it is taken) and
 // serves in the background; Stop shuts down gracefully.
@@ -35,12 +44,7 @@ type Server struct {
 
 // NewServer returns a server of h.
 func NewServer(h http.Handler, cfg ServerConfig) *Server {
-	if cfg.Setting == "" {
-		cfg.Setting = "the HTTP address"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.setDefaults()
 	return &Server{cfg: cfg, srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
 }
 

@@ -31,6 +31,15 @@ type ListenerConfig struct {
 	Logger *slog.Logger
 }
 
+func (c *ListenerConfig) setDefaults() {
+	if c.Setting == "" {
+		c.Setting = "the gRPC address"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
 // Listener serves the Sink API, health and reflection on one address.
 // Start opens the address (so that start-up fails clearly when it is
 // taken) and serves in the background; Stop drains (see Stop).
@@ -47,12 +56,7 @@ type Listener struct {
 
 // NewListener assembles the gRPC server of api and hs.
 func NewListener(api *Server, hs *health.Server, cfg ListenerConfig) *Listener {
-	if cfg.Setting == "" {
-		cfg.Setting = "the gRPC address"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.setDefaults()
 	l := &Listener{cfg: cfg, health: hs, conns: NewConnections(cfg.Logger), streams: NewStreamCloser(cfg.MaxHealthWatchers)}
 	opts := append(append([]grpc.ServerOption{}, cfg.Options...), grpc.ChainStreamInterceptor(l.streams.Interceptor()), grpc.StatsHandler(l.conns))
 	l.srv = NewGRPCServer(api, hs, cfg.MaxRequestBytes, opts...)
