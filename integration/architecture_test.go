@@ -30,7 +30,7 @@ const module = testkit.ModulePath
 //     onto the application's and adapters' configs) never imports
 //     bootstrap or the command line, and adapters never import it;
 //   - the rest of internal/ (technology helpers shared by adapters, such as
-//     the BSON wire-format check and the storage call's span) imports no
+//     the BSON wire-format check and the tracing helpers) imports no
 //     layer of Sink but domain;
 //   - only bootstrap imports fx;
 //   - production code (everything outside integration/ and the test kit
@@ -118,7 +118,7 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		"adapters/kafka/z.go":         module + "/internal/envconfig",
 		"adapters/auth/x.go":          module + "/internal/cli",
 		"internal/pemfile/x.go":       module + "/adapters/kafka",
-		"internal/storagespan/x.go":   module + "/ports",
+		"internal/spans/x.go":         module + "/ports",
 	}
 	for file, imp := range bad {
 		if violates(file, imp) == "" {
@@ -126,21 +126,21 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		}
 	}
 	good := map[string]string{
-		"domain/x.go":               "encoding/binary",
-		"ports/x.go":                module + "/domain",
-		"application/x.go":          module + "/ports",
-		"adapters/sinkgrpc/x.go":    module + "/application",
-		"adapters/memory/x.go":      module + "/ports",
-		"bootstrap/x.go":            "go.uber.org/fx",
-		"adapters/mongodb/x.go":     module + "/internal/bsonwire",
-		"application/z.go":          module + "/internal/ctxtime",
-		"adapters/kafka/y.go":       module + "/internal/ctxtime",
-		"internal/cli/x.go":         module + "/adapters/kafka",
-		"internal/cli/y.go":         module + "/internal/envconfig",
-		"internal/envconfig/x.go":   module + "/adapters/kafka",
-		"internal/envconfig/y.go":   module + "/application",
-		"adapters/auth/x.go":        module + "/internal/pemfile",
-		"internal/storagespan/x.go": module + "/domain",
+		"domain/x.go":             "encoding/binary",
+		"ports/x.go":              module + "/domain",
+		"application/x.go":        module + "/ports",
+		"adapters/sinkgrpc/x.go":  module + "/application",
+		"adapters/memory/x.go":    module + "/ports",
+		"bootstrap/x.go":          "go.uber.org/fx",
+		"adapters/mongodb/x.go":   module + "/internal/bsonwire",
+		"application/z.go":        module + "/internal/ctxtime",
+		"adapters/kafka/y.go":     module + "/internal/ctxtime",
+		"internal/cli/x.go":       module + "/adapters/kafka",
+		"internal/cli/y.go":       module + "/internal/envconfig",
+		"internal/envconfig/x.go": module + "/adapters/kafka",
+		"internal/envconfig/y.go": module + "/application",
+		"adapters/auth/x.go":      module + "/internal/pemfile",
+		"internal/spans/x.go":     module + "/domain",
 		// Test code may import test code.
 		"internal/testkit/sinktest/x.go":  module + "/bootstrap",
 		"internal/testkit/kafkatest/x.go": module + "/internal/testkit",

@@ -9,7 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sink-io/sink/internal/spans"
 )
 
 // Tracing. The queue and the worker take a trace.TracerProvider
@@ -40,13 +41,7 @@ var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 
 // tracerOf returns the package's tracer from tp, or nil when tp records
 // nothing (nil or the no-op provider).
-func tracerOf(tp trace.TracerProvider) trace.Tracer {
-	switch tp.(type) {
-	case nil, noop.TracerProvider, *noop.TracerProvider:
-		return nil
-	}
-	return tp.Tracer(tracerName)
-}
+func tracerOf(tp trace.TracerProvider) trace.Tracer { return spans.Tracer(tp, tracerName) }
 
 // metadataCarrier is a propagation.TextMapCarrier over Watermill metadata.
 type metadataCarrier message.Metadata

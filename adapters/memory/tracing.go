@@ -5,7 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sink-io/sink/internal/storagespan"
+	"github.com/sink-io/sink/internal/spans"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -21,20 +21,20 @@ type Option func(*Store)
 // a database. Nil or the no-op provider: no spans, no tracing work.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(s *Store) {
-		s.tracer = storagespan.Tracer(tp, tracerName)
+		s.tracer = spans.Tracer(tp, tracerName)
 	}
 }
 
 // startSpan starts the span of one storage call; span is nil when tracing
 // is off.
 func (s *Store) startSpan(ctx context.Context, op string, n int) (context.Context, trace.Span) {
-	return storagespan.Start(ctx, s.tracer, "memory", op, n)
+	return spans.StartStorageCall(ctx, s.tracer, "memory", op, n)
 }
 
 func endReadSpan(span trace.Span, out []ports.ReadResult) {
-	storagespan.End(span, out, func(r ports.ReadResult) error { return r.Err })
+	spans.EndStorageCall(span, out, func(r ports.ReadResult) error { return r.Err })
 }
 
 func endWriteSpan(span trace.Span, out []ports.WriteResult) {
-	storagespan.End(span, out, func(r ports.WriteResult) error { return r.Err })
+	spans.EndStorageCall(span, out, func(r ports.WriteResult) error { return r.Err })
 }

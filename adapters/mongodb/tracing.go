@@ -6,7 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sink-io/sink/internal/storagespan"
+	"github.com/sink-io/sink/internal/spans"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -25,12 +25,12 @@ const tracerName = "github.com/sink-io/sink/adapters/mongodb"
 
 // tracerOf returns the Store's tracer from tp, or nil when tp records
 // nothing (nil or the no-op provider).
-func tracerOf(tp trace.TracerProvider) trace.Tracer { return storagespan.Tracer(tp, tracerName) }
+func tracerOf(tp trace.TracerProvider) trace.Tracer { return spans.Tracer(tp, tracerName) }
 
 // startSpan starts the span of one storage call; span is nil when tracing
 // is off.
 func (s *Store) startSpan(ctx context.Context, op string, n int) (context.Context, trace.Span) {
-	return storagespan.Start(ctx, s.tracer, "mongodb", op, n)
+	return spans.StartStorageCall(ctx, s.tracer, "mongodb", op, n)
 }
 
 // spanTargets sets the namespace (database) and collection of a call's span
@@ -60,9 +60,9 @@ func spanTargets(span trace.Span, op string, n int, targetAt func(int) target) {
 }
 
 func endReadSpan(span trace.Span, out []ports.ReadResult) {
-	storagespan.End(span, out, func(r ports.ReadResult) error { return r.Err })
+	spans.EndStorageCall(span, out, func(r ports.ReadResult) error { return r.Err })
 }
 
 func endWriteSpan(span trace.Span, out []ports.WriteResult) {
-	storagespan.End(span, out, func(r ports.WriteResult) error { return r.Err })
+	spans.EndStorageCall(span, out, func(r ports.WriteResult) error { return r.Err })
 }

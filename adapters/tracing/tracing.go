@@ -15,11 +15,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"google.golang.org/grpc"
 	"strings"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -27,6 +26,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+
+	"github.com/sink-io/sink/internal/spans"
 )
 
 // ServiceName is the default service.name of Sink's spans.
@@ -92,13 +94,7 @@ func Setup(ctx context.Context, getenv func(string) string) (trace.TracerProvide
 // IsNoop reports whether tp records nothing: nil or OpenTelemetry's no-op
 // provider (what Setup returns with tracing off). Adapters skip their
 // tracing work for it.
-func IsNoop(tp trace.TracerProvider) bool {
-	switch tp.(type) {
-	case nil, noop.TracerProvider, *noop.TracerProvider:
-		return true
-	}
-	return false
-}
+func IsNoop(tp trace.TracerProvider) bool { return !spans.Recording(tp) }
 
 // Destination describes where enabled tracing exports to, for the start-up
 // log: the exporter and the OTLP endpoint, as the environment names them.

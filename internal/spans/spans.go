@@ -1,11 +1,13 @@
-// Package storagespan makes the OpenTelemetry client span of one storage
-// call, the same for every storage adapter: db.system.name, db.operation.name
+// Package spans holds what the adapters share for OpenTelemetry: whether a
+// tracer provider records at all (with OpenTelemetry's no-op provider they
+// do no tracing work), and the client span of one storage call, the same
+// for every storage adapter: db.system.name, db.operation.name
 // ("read" or "write": the storage call, which may be several database
 // commands), db.operation.batch.size, sink.storage.failed_operations, and an
 // error status for the first failure that is not an expected outcome (a
 // missing record, an existing one, a failed precondition, an applied or
 // superseded mutation, invalid input).
-package storagespan
+package spans
 
 import (
 	"context"
@@ -18,20 +20,30 @@ import (
 	"github.com/sink-io/sink/domain"
 )
 
-// Tracer returns tp's tracer for the instrumentation scope, or nil when tp
-// records nothing (nil or the no-op provider): then Start makes no span and
-// costs nothing.
-func Tracer(tp trace.TracerProvider, scope string) trace.Tracer {
+// Recording reports whether tp records spans: false for nil and for
+// OpenTelemetry's no-op provider (what adapters/tracing.Setup returns with
+// tracing off).
+func Recording(tp trace.TracerProvider) bool {
 	switch tp.(type) {
 	case nil, noop.TracerProvider, *noop.TracerProvider:
+		return false
+	}
+	return true
+}
+
+// Tracer returns tp's tracer for the instrumentation scope, or nil when tp
+// records nothing (see Recording): then StartStorageCall makes no span and
+// costs nothing, and other callers skip their tracing work.
+func Tracer(tp trace.TracerProvider, scope string) trace.Tracer {
+	if !Recording(tp) {
 		return nil
 	}
 	return tp.Tracer(scope)
 }
 
-// Start starts the span of one storage call of system (e.g. "mongodb") with
+// StartStorageCall starts the span of one storage call of system (e.g. "mongodb") with
 // n operations; the span is nil when tracer is.
-func Start(ctx context.Context, tracer trace.Tracer, system, op string, n int) (context.Context, trace.Span) {
+func StartStorageCall(ctx context.Context, tracer trace.Tracer, system, op string, n int) (context.Context, trace.Span) {
 	if tracer == nil {
 		return ctx, nil
 	}
@@ -42,9 +54,9 @@ func Start(ctx context.Context, tracer trace.Tracer, system, op string, n int) (
 	))
 }
 
-// End ends a call's span (nothing when it is nil) with the outcome of its
+// EndStorageCall ends a storage call's span (nothing when it is nil) with the outcome of its
 // results: errOf returns each result's error.
-func End[R any](span trace.Span, results []R, errOf func(R) error) {
+func EndStorageCall[R any](span trace.Span, results []R, errOf func(R) error) {
 	if span == nil {
 		return
 	}
