@@ -7,8 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
+
+	"github.com/sink-io/sink/internal/listen"
 )
 
 // ServerConfig configures a Server.
@@ -36,16 +37,14 @@ func (c *ServerConfig) setDefaults() {
 // serves in the background; Stop shuts down gracefully.
 type Server struct {
 	cfg ServerConfig
+	ep  *listen.Endpoint
 	srv *http.Server
-
-	mu   sync.Mutex
-	addr net.Addr
 }
 
 // NewServer returns a server of h.
 func NewServer(h http.Handler, cfg ServerConfig) *Server {
 	cfg.setDefaults()
-	return &Server{cfg: cfg, srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
+	return &Server{cfg: cfg, ep: listen.NewEndpoint(cfg.Address, cfg.Setting), srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
 }
 
 // Addr returns the address the server bound (nil before Start, and for a
@@ -54,20 +53,15 @@ func (s *Server) Addr() net.Addr {
 	if s == nil {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr
+	return s.ep.Addr()
 }
 
 // Start opens the address and serves in the background.
 func (s *Server) Start(context.Context) error {
-	lis, err := net.Listen("tcp", s.cfg.Address)
+	lis, err := s.ep.Listen()
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s %q: %w", s.cfg.Setting, s.cfg.Address, err)
+		return err
 	}
-	s.mu.Lock()
-	s.addr = lis.Addr()
-	s.mu.Unlock()
 	go func() {
 		if err := s.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.cfg.Logger.Error("the HTTP operations endpoint stopped", "error", err)

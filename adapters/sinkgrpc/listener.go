@@ -3,14 +3,14 @@ package sinkgrpc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sink-io/sink/internal/listen"
 )
 
 // ListenerConfig configures a Listener.
@@ -49,36 +49,28 @@ type Listener struct {
 	health  *health.Server
 	conns   *Connections
 	streams *StreamCloser
-
-	mu   sync.Mutex
-	addr net.Addr
+	ep      *listen.Endpoint
 }
 
 // NewListener assembles the gRPC server of api and hs.
 func NewListener(api *Server, hs *health.Server, cfg ListenerConfig) *Listener {
 	cfg.setDefaults()
-	l := &Listener{cfg: cfg, health: hs, conns: NewConnections(cfg.Logger), streams: NewStreamCloser(cfg.MaxHealthWatchers)}
+	l := &Listener{cfg: cfg, health: hs, conns: NewConnections(cfg.Logger), streams: NewStreamCloser(cfg.MaxHealthWatchers),
+		ep: listen.NewEndpoint(cfg.Address, cfg.Setting)}
 	opts := append(append([]grpc.ServerOption{}, cfg.Options...), grpc.ChainStreamInterceptor(l.streams.Interceptor()), grpc.StatsHandler(l.conns))
 	l.srv = NewGRPCServer(api, hs, cfg.MaxRequestBytes, opts...)
 	return l
 }
 
 // Addr returns the address the listener bound (nil before Start).
-func (l *Listener) Addr() net.Addr {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.addr
-}
+func (l *Listener) Addr() net.Addr { return l.ep.Addr() }
 
 // Start opens the address and serves in the background.
 func (l *Listener) Start(context.Context) error {
-	lis, err := net.Listen("tcp", l.cfg.Address)
+	lis, err := l.ep.Listen()
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s %q: %w", l.cfg.Setting, l.cfg.Address, err)
+		return err
 	}
-	l.mu.Lock()
-	l.addr = lis.Addr()
-	l.mu.Unlock()
 	go func() {
 		if err := l.srv.Serve(l.conns.Listener(lis)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			l.cfg.Logger.Error("gRPC server stopped", "error", err)
