@@ -1,12 +1,11 @@
 package kafka
 
 import (
-	"errors"
-	"fmt"
 	"time"
 	"unicode/utf8"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/check"
 )
 
 // Defaults of the adapter's settings. The constructors fill the zero
@@ -52,30 +51,6 @@ const (
 	DefaultMaxAttempts = 10
 )
 
-// problems collects the problems of a config; Validate methods report
-// them all at once. Messages name the config's fields.
-type problems []error
-
-func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
-
-func (p *problems) positive(name string, v int) {
-	if v <= 0 {
-		p.add("%s must be positive, got %d", name, v)
-	}
-}
-
-func (p *problems) positiveDuration(name string, v time.Duration) {
-	if v <= 0 {
-		p.add("%s must be positive, got %s", name, v)
-	}
-}
-
-func (p *problems) notNegative(name string, v time.Duration) {
-	if v < 0 {
-		p.add("%s must not be negative, got %s", name, v)
-	}
-}
-
 // DefaultClientConfig returns a ClientConfig with every default filled in.
 func DefaultClientConfig() ClientConfig {
 	var c ClientConfig
@@ -106,18 +81,18 @@ func (c *ClientConfig) setDefaults() {
 // also needs brokers, and a topic with GroupID). Call it on a defaulted
 // config: zero values are problems here.
 func (c ClientConfig) Validate() error {
-	var p problems
-	p.positiveDuration("PublishTimeout", c.PublishTimeout)
-	p.positive("MaxRecordBytes", c.MaxRecordBytes)
-	p.notNegative("Linger", c.Linger)
-	p.positiveDuration("SessionTimeout", c.SessionTimeout)
+	var p check.Problems
+	p.PositiveDuration("PublishTimeout", c.PublishTimeout)
+	p.Positive("MaxRecordBytes", c.MaxRecordBytes)
+	p.NotNegative("Linger", c.Linger)
+	p.PositiveDuration("SessionTimeout", c.SessionTimeout)
 	if c.RebalanceTimeout < MinRebalanceTimeout {
-		p.add("RebalanceTimeout must be at least %s, got %s", MinRebalanceTimeout, c.RebalanceTimeout)
+		p.Add("RebalanceTimeout must be at least %s, got %s", MinRebalanceTimeout, c.RebalanceTimeout)
 	}
 	if c.SessionTimeout > 0 && c.RebalanceTimeout < c.SessionTimeout {
-		p.add("RebalanceTimeout (%s) must not be below SessionTimeout (%s)", c.RebalanceTimeout, c.SessionTimeout)
+		p.Add("RebalanceTimeout (%s) must not be below SessionTimeout (%s)", c.RebalanceTimeout, c.SessionTimeout)
 	}
-	return errors.Join(p...)
+	return p.Err()
 }
 
 // DefaultSubscriberConfig returns a SubscriberConfig with every default
@@ -153,18 +128,18 @@ func (c *SubscriberConfig) setDefaults() {
 // Validate reports every problem of the settings' values at once
 // (NewSubscriber also needs the topic). Call it on a defaulted config.
 func (c SubscriberConfig) Validate() error {
-	var p problems
-	p.positive("MaxPollRecords", c.MaxPollRecords)
-	p.positiveDuration("CommitTimeout", c.CommitTimeout)
-	p.positiveDuration("RedeliveryDelay", c.RedeliveryDelay)
-	p.positiveDuration("CloseTimeout", c.CloseTimeout)
+	var p check.Problems
+	p.Positive("MaxPollRecords", c.MaxPollRecords)
+	p.PositiveDuration("CommitTimeout", c.CommitTimeout)
+	p.PositiveDuration("RedeliveryDelay", c.RedeliveryDelay)
+	p.PositiveDuration("CloseTimeout", c.CloseTimeout)
 	if c.MaxParked < 0 { // 0: 10 × MaxPollRecords
-		p.add("MaxParked must not be negative, got %d", c.MaxParked)
+		p.Add("MaxParked must not be negative, got %d", c.MaxParked)
 	}
 	if len(c.LogEpoch) > MaxLogEpochBytes || !utf8.ValidString(c.LogEpoch) {
-		p.add("LogEpoch must be valid UTF-8 of at most %d bytes, got %d bytes", MaxLogEpochBytes, len(c.LogEpoch))
+		p.Add("LogEpoch must be valid UTF-8 of at most %d bytes, got %d bytes", MaxLogEpochBytes, len(c.LogEpoch))
 	}
-	return errors.Join(p...)
+	return p.Err()
 }
 
 // DefaultWorkerConfig returns a WorkerConfig with every default filled in
@@ -195,12 +170,12 @@ func (c *WorkerConfig) setDefaults() {
 // Validate reports every problem of the settings' values at once
 // (NewWorker also needs the topics). Call it on a defaulted config.
 func (c WorkerConfig) Validate() error {
-	var p problems
-	p.positive("MaxBatch", c.MaxBatch)
-	p.positiveDuration("BatchTimeout", c.BatchTimeout)
-	p.positiveDuration("DeadLetterTimeout", c.DeadLetterTimeout)
-	p.positive("MaxAttempts", c.MaxAttempts)
-	return errors.Join(p...)
+	var p check.Problems
+	p.Positive("MaxBatch", c.MaxBatch)
+	p.PositiveDuration("BatchTimeout", c.BatchTimeout)
+	p.PositiveDuration("DeadLetterTimeout", c.DeadLetterTimeout)
+	p.Positive("MaxAttempts", c.MaxAttempts)
+	return p.Err()
 }
 
 // DefaultQueueConfig returns a QueueConfig with every default filled in.
@@ -220,7 +195,7 @@ func (c *QueueConfig) setDefaults() {
 // Validate reports every problem of the settings' values at once
 // (NewQueue also needs the topic). Call it on a defaulted config.
 func (c QueueConfig) Validate() error {
-	var p problems
-	p.positiveDuration("PublishTimeout", c.PublishTimeout)
-	return errors.Join(p...)
+	var p check.Problems
+	p.PositiveDuration("PublishTimeout", c.PublishTimeout)
+	return p.Err()
 }

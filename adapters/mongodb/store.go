@@ -25,7 +25,6 @@ package mongodb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -41,6 +40,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/check"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -128,26 +128,20 @@ func (o *Options) setDefaults() {
 // Validate reports every problem of the options at once (bindings are
 // checked by New). Messages name the fields. Call it on defaulted options.
 func (o Options) Validate() error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var p check.Problems
 	if o.HiddenField == "" || o.HiddenField == idKey || o.HiddenField[0] == '$' || strings.ContainsAny(o.HiddenField, ".\x00") {
-		add("HiddenField %q must not be empty or _id, start with '$' or contain '.' or NUL", o.HiddenField)
+		p.Add("HiddenField %q must not be empty or _id, start with '$' or contain '.' or NUL", o.HiddenField)
 	}
-	for _, x := range []struct {
-		name string
-		v    int
-	}{{"MaxConcurrency", o.MaxConcurrency}, {"BulkChunk", o.BulkChunk}, {"BulkConcurrency", o.BulkConcurrency}} {
-		if x.v <= 0 {
-			add("%s must be positive, got %d", x.name, x.v)
-		}
-	}
+	p.Positive("MaxConcurrency", o.MaxConcurrency)
+	p.Positive("BulkChunk", o.BulkChunk)
+	p.Positive("BulkConcurrency", o.BulkConcurrency)
 	if o.BulkChunk > maxWriteBatchSize {
-		add("BulkChunk must be at most %d (MongoDB's limit on the operations of one write command), got %d", maxWriteBatchSize, o.BulkChunk)
+		p.Add("BulkChunk must be at most %d (MongoDB's limit on the operations of one write command), got %d", maxWriteBatchSize, o.BulkChunk)
 	}
 	if o.MarkRing < 1 || o.MarkRing > domain.MaxAppliedRing {
-		add("MarkRing must be between 1 and %d, got %d", domain.MaxAppliedRing, o.MarkRing)
+		p.Add("MarkRing must be between 1 and %d, got %d", domain.MaxAppliedRing, o.MarkRing)
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // Store is the MongoDB ports.Storage. It is safe for concurrent use and

@@ -1,13 +1,13 @@
 package sinkgrpc
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/sink-io/sink/internal/check"
 )
 
 // Never, as a connection lifetime of Limits (MaxConnectionIdle,
@@ -73,25 +73,15 @@ func (l *Limits) setDefaults() {
 // Validate reports every problem of the limits at once (messages name the
 // fields). Call it on defaulted limits: zero values are problems here.
 func (l Limits) Validate() error {
-	var errs []error
-	for _, x := range []struct {
-		name string
-		v    int
-	}{{"MaxConcurrentStreams", l.MaxConcurrentStreams}, {"MaxHealthWatchers", l.MaxHealthWatchers}} {
-		if x.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive, got %d", x.name, x.v))
-		}
-	}
-	for _, x := range []struct {
-		name string
-		v    time.Duration
-	}{{"MaxConnectionIdle", l.MaxConnectionIdle}, {"MaxConnectionAge", l.MaxConnectionAge}, {"MaxConnectionAgeGrace", l.MaxConnectionAgeGrace},
-		{"KeepaliveMinTime", l.KeepaliveMinTime}, {"HandshakeTimeout", l.HandshakeTimeout}} {
-		if x.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive, got %s", x.name, x.v))
-		}
-	}
-	return errors.Join(errs...)
+	var p check.Problems
+	p.Positive("MaxConcurrentStreams", l.MaxConcurrentStreams)
+	p.Positive("MaxHealthWatchers", l.MaxHealthWatchers)
+	p.PositiveDuration("MaxConnectionIdle", l.MaxConnectionIdle)
+	p.PositiveDuration("MaxConnectionAge", l.MaxConnectionAge)
+	p.PositiveDuration("MaxConnectionAgeGrace", l.MaxConnectionAgeGrace)
+	p.PositiveDuration("KeepaliveMinTime", l.KeepaliveMinTime)
+	p.PositiveDuration("HandshakeTimeout", l.HandshakeTimeout)
+	return p.Err()
 }
 
 // ServerOptions returns the gRPC server options of the limits (zero
