@@ -327,6 +327,13 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 	return out
 }
 
+// idsFilter returns the filter {_id: {$in: ids}}.
+func idsFilter(ids *bsoncore.ArrayBuilder) bson.Raw {
+	return bson.Raw(bsoncore.NewDocumentBuilder().
+		AppendDocument(idKey, bsoncore.NewDocumentBuilder().AppendArray("$in", ids.Build()).Build()).
+		Build())
+}
+
 func (s *Store) readCollection(ctx context.Context, t target, addrs []domain.Address, idx []int, out []ports.ReadResult) {
 	ids := bsoncore.NewArrayBuilder()
 	want := make(map[string][]int, len(idx))
@@ -338,16 +345,13 @@ func (s *Store) readCollection(ctx context.Context, t target, addrs []domain.Add
 		}
 		want[k] = append(want[k], i)
 	}
-	filter := bsoncore.NewDocumentBuilder().
-		AppendDocument(idKey, bsoncore.NewDocumentBuilder().AppendArray("$in", ids.Build()).Build()).
-		Build()
 	fail := func(err error) {
 		e := classifyRead(fmt.Errorf("cannot read from %s: %w", t, err))
 		for _, i := range idx {
 			out[i] = ports.ReadResult{Err: e}
 		}
 	}
-	cur, err := s.collection(t).Find(ctx, bson.Raw(filter))
+	cur, err := s.collection(t).Find(ctx, idsFilter(ids))
 	if err != nil {
 		fail(err)
 		return

@@ -343,14 +343,7 @@ func (s *Store) sendBulk(ctx context.Context, coll *mongo.Collection, t target, 
 // exists with another revision collided; the others are returned to run
 // again.
 func (s *Store) resolve(ctx context.Context, coll *mongo.Collection, items []*item, out []ports.WriteResult) ([]*item, error) {
-	ids := bsoncore.NewArrayBuilder()
-	for _, it := range items {
-		ids.AppendValue(it.id)
-	}
-	filter := bsoncore.NewDocumentBuilder().
-		AppendDocument(idKey, bsoncore.NewDocumentBuilder().AppendArray("$in", ids.Build()).Build()).
-		Build()
-	cur, err := coll.Find(ctx, bson.Raw(filter))
+	cur, err := coll.Find(ctx, itemsFilter(items))
 	if err != nil {
 		return nil, err
 	}
@@ -631,14 +624,7 @@ func (s *Store) readState(ctx context.Context, coll *mongo.Collection, it *item)
 // readStates reads the hidden fields of the items' records with one query,
 // by the identity keyID gives their keys (absent records are missing).
 func (s *Store) readStates(ctx context.Context, coll *mongo.Collection, items []*item) (map[string]state, error) {
-	ids := bsoncore.NewArrayBuilder()
-	for _, it := range items {
-		ids.AppendValue(it.id)
-	}
-	filter := bsoncore.NewDocumentBuilder().
-		AppendDocument(idKey, bsoncore.NewDocumentBuilder().AppendArray("$in", ids.Build()).Build()).
-		Build()
-	cur, err := coll.Find(ctx, bson.Raw(filter), options.Find().SetProjection(s.metaProjection()))
+	cur, err := coll.Find(ctx, itemsFilter(items), options.Find().SetProjection(s.metaProjection()))
 	if err != nil {
 		return nil, err
 	}
@@ -889,4 +875,13 @@ func describeRevision(r domain.Revision) string {
 		return string(r)
 	}
 	return fmt.Sprintf("(a token of %d bytes this store never issued)", len(r))
+}
+
+// itemsFilter returns the filter of the items' records.
+func itemsFilter(items []*item) bson.Raw {
+	ids := bsoncore.NewArrayBuilder()
+	for _, it := range items {
+		ids.AppendValue(it.id)
+	}
+	return idsFilter(ids)
 }
