@@ -3,6 +3,7 @@ package application
 import (
 	"context"
 	"hash/maphash"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -129,7 +130,8 @@ func (c *combiner[T]) lead(w *waiter[T]) {
 		for _, b := range batch[1:] {
 			close(b.wake)
 		}
-		if len(c.queue) > 0 {
+		handed := len(c.queue) > 0
+		if handed {
 			next := c.queue[0]
 			c.queue = c.queue[1:]
 			next.state = waiterLead
@@ -139,6 +141,14 @@ func (c *combiner[T]) lead(w *waiter[T]) {
 			c.hints.reset()
 		}
 		c.mu.Unlock()
+		if handed {
+			// The new leader was readied last, so it runs next on this
+			// processor: yield to it, so that the next batch goes to
+			// storage before this caller and the ones just woken send
+			// their responses (otherwise it waits behind them, about a
+			// quarter of a 1 ms round trip on a busy server).
+			runtime.Gosched()
+		}
 	}()
 	c.mu.Lock()
 	n := c.size(w.item)

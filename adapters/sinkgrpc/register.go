@@ -1,6 +1,8 @@
 package sinkgrpc
 
 import (
+	"runtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -16,11 +18,21 @@ const ServiceName = "sink.v1.Sink"
 // NewGRPCServer returns a gRPC server with the Sink API, the standard health
 // service and server reflection registered. maxRequestBytes bounds one
 // received message (requests above it get RESOURCE_EXHAUSTED).
+//
+// The server keeps StreamWorkers() goroutines that serve one stream after
+// the other: a request's call path (interceptors, validation, the
+// application, storage) is deep, and a fresh goroutine per stream would
+// grow its stack on every request (about a sixth of a single put's server
+// time). Streams beyond the busy workers still get their own goroutine.
 func NewGRPCServer(api sinkv1.SinkServer, hs *health.Server, maxRequestBytes int, opts ...grpc.ServerOption) *grpc.Server {
-	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.ForceServerCodecV2(newRequestCodec())}, opts...)
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.ForceServerCodecV2(newRequestCodec()), grpc.NumStreamWorkers(StreamWorkers())}, opts...)
 	s := grpc.NewServer(opts...)
 	registerSink(s, api) // sinkv1.RegisterSinkServer, with undecodable requests as INVALID_ARGUMENT (decode.go)
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
 	return s
 }
+
+// StreamWorkers is the number of stream workers NewGRPCServer keeps: one
+// per processor Go may use (GOMAXPROCS).
+func StreamWorkers() uint32 { return uint32(max(runtime.GOMAXPROCS(0), 1)) }

@@ -241,15 +241,21 @@ func (c *Connections) TagRPC(ctx context.Context, info *stats.RPCTagInfo) contex
 
 // HandleRPC implements stats.Handler: it counts the marked RPCs between
 // their Begin and End.
+//
+// gRPC calls it for every event of every RPC (headers, payloads, …), so
+// it looks at the context (a walk up its chain) only for Begin and End.
 func (c *Connections) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	if s.IsClient() || ctx.Value(sinkRPCKey{}) == nil {
-		return
-	}
+	var delta int64
 	switch s.(type) {
 	case *stats.Begin:
-		c.inflight.Add(1)
+		delta = 1
 	case *stats.End:
-		c.inflight.Add(-1)
+		delta = -1
+	default:
+		return
+	}
+	if !s.IsClient() && ctx.Value(sinkRPCKey{}) != nil {
+		c.inflight.Add(delta)
 	}
 }
 
