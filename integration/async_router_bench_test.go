@@ -88,6 +88,7 @@ func BenchmarkWorkerRouter(b *testing.B) {
 					<-counted.done
 					b.StopTimer()
 					b.ReportMetric(float64(w.Stats().Batches)/float64(b.N), "batches/op")
+					b.ReportMetric(float64(sub.Stats().Pipelined)/float64(max(sub.Stats().Polls, 1)), "pipelined-polls")
 					_ = w.Stop(context.Background())
 				} else {
 					handLoop(cl, counted, benchBatch)

@@ -95,6 +95,9 @@ func (c ClientConfig) Validate() error {
 	return p.Err()
 }
 
+// DefaultPipelineWindow is the default SubscriberConfig.PipelineWindow.
+const DefaultPipelineWindow = 500 * time.Millisecond
+
 // DefaultSubscriberConfig returns a SubscriberConfig with every default
 // filled in, except MaxParked, left 0 so that it follows MaxPollRecords
 // (Logger, Observer and Fence are left nil too).
@@ -122,6 +125,9 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 	if c.MaxParked == 0 {
 		c.MaxParked = 10 * c.MaxPollRecords
+	}
+	if c.PipelineWindow == 0 {
+		c.PipelineWindow = DefaultPipelineWindow
 	}
 }
 

@@ -70,8 +70,7 @@ func newDeadLetterMessage(msg *message.Message, topic string, src source, info d
 	dl := message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
 		switch {
-		case strings.HasPrefix(k, "sink-dlq-"), k == MetadataPartition, k == MetadataOffset,
-			k == MetadataBatch, k == MetadataBatchIndex, k == MetadataBatchSize:
+		case strings.HasPrefix(k, "sink-dlq-"), isSubscriberMetadata(k):
 		default:
 			dl.Metadata[k] = v
 		}

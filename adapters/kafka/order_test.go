@@ -49,7 +49,7 @@ func (h *logHandler) applied() int {
 // returns the final states. With stripBatch the subscriber's batch
 // metadata is removed first (every message is then a batch of one, applied
 // in arrival order).
-func runShuffled(t *testing.T, n int, stripBatch bool) (want, got map[string][]string, maxBatch int) {
+func runShuffled(t *testing.T, n int, stripBatch bool) (want, got map[string][]string, maxBatch int, ws WorkerStats, ss SubscriberStats) {
 	env := newConsumerEnv(t, 2)
 	want = map[string][]string{}
 	var muts []domain.Mutation
@@ -98,16 +98,22 @@ func runShuffled(t *testing.T, n int, stripBatch bool) (want, got map[string][]s
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return want, h.state, h.maxBatch
+	return want, h.state, h.maxBatch, w.Stats(), sub.Stats()
 }
 
 // Goroutine scheduling cannot reorder one record's mutations: the Router
 // runs every message in its own goroutine, here each delayed by a random
 // time, yet the final state of every record equals applying its mutations
 // sequentially in offset order, and they are still applied in batches.
+// The subscriber pipelines here (it emits a poll while the one before is
+// applied; TestWorkerAppliesPollsInTheOrderEmitted covers a poll complete
+// before the one it follows).
 func TestWorkerOrderSurvivesRandomHandlerScheduling(t *testing.T) {
 	const n = 2000
-	want, got, maxBatch := runShuffled(t, n, false)
+	want, got, maxBatch, _, ss := runShuffled(t, n, false)
+	if ss.Pipelined == 0 {
+		t.Fatalf("subscriber %+v: want pipelined polls", ss)
+	}
 	for k, ids := range want {
 		if strings.Join(got[k], ",") != strings.Join(ids, ",") {
 			t.Fatalf("record %s: applied in order %v…, want %v…", k, head(got[k]), head(ids))
@@ -119,7 +125,7 @@ func TestWorkerOrderSurvivesRandomHandlerScheduling(t *testing.T) {
 
 	// The check is sharp: the same run applying each message as it
 	// arrives (no batch metadata) does reorder.
-	want, got, _ = runShuffled(t, n, true)
+	want, got, _, _, _ = runShuffled(t, n, true)
 	reordered := false
 	for k, ids := range want {
 		reordered = reordered || strings.Join(got[k], ",") != strings.Join(ids, ",")

@@ -38,12 +38,29 @@ const (
 	// MetadataBatchSize the number of records of the poll.
 	MetadataBatchIndex = "_sink_kafka_batch_index"
 	MetadataBatchSize  = "_sink_kafka_batch_size"
+	// MetadataBatchAfter, when set, is the MetadataBatch of the poll that
+	// was still in flight when this one was emitted (see
+	// SubscriberConfig.PipelineWindow): a handler must finish that poll
+	// first, and hold back this poll's mutations of the records it parked
+	// and of the partitions it left unfinished (Worker does).
+	MetadataBatchAfter = "_sink_kafka_batch_after"
 	// MetadataLog is the identity of the log the record was read from:
 	// SubscriberConfig.LogEpoch when set, otherwise the topic's id (empty
 	// when the brokers have none). It is the Log of the mutation's
 	// domain.SourcePosition, which the records' applied marks compare.
 	MetadataLog = "_sink_kafka_log"
 )
+
+// isSubscriberMetadata reports whether k is one of the Metadata* entries
+// the Subscriber sets (a record's headers must not supply them: a dead
+// letter drops them, and emit overwrites or removes them).
+func isSubscriberMetadata(k string) bool {
+	switch k {
+	case MetadataPartition, MetadataOffset, MetadataBatch, MetadataBatchIndex, MetadataBatchSize, MetadataBatchAfter, MetadataLog:
+		return true
+	}
+	return false
+}
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -76,6 +93,16 @@ type SubscriberConfig struct {
 	// RedeliveryDelay is the pause before a partition with a nacked
 	// message is read again from that message (default 1 s).
 	RedeliveryDelay time.Duration
+	// PipelineWindow is how long the subscriber may keep rebalances waiting
+	// while it pipelines: it emits the next poll while the handler is still
+	// finishing the previous one (tagged MetadataBatchAfter), so that
+	// polling and delivering overlap applying. It pipelines only while no
+	// records are parked and no commit is pending, and lets rebalances
+	// through (with nothing in flight) at least once per window, so a
+	// rebalance waits at most about the window plus two polls' handling
+	// (keep that below the group's rebalance timeout, as BatchTimeout).
+	// Default DefaultPipelineWindow; negative: never pipeline.
+	PipelineWindow time.Duration
 	// CloseTimeout bounds how long Close waits for the messages in flight
 	// to be acked or nacked; the rest count as nacked (default 30 s).
 	CloseTimeout time.Duration
@@ -96,6 +123,7 @@ type SubscriberStats struct {
 	Fenced         int64 // batches with records of partitions the member lost meanwhile (not committed)
 	Parked         int64 // records parked (each time)
 	ParkedNow      int64 // records parked at the moment (approximate, read without locking)
+	Pipelined      int64 // polls emitted while the previous one was still in flight
 }
 
 // Subscriber is a Watermill message.Subscriber over a franz-go consumer
@@ -123,6 +151,15 @@ type SubscriberStats struct {
 //     in order, after RedeliveryDelay);
 //  7. allow rebalances and poll again.
 //
+// Pipelining (SubscriberConfig.PipelineWindow): while a poll is in flight
+// (steps 3–6) and nothing is parked, the subscriber polls again and emits
+// what it gets as the next poll, tagged MetadataBatchAfter, so that the
+// handler gets it while it applies the one before. The handler applies the
+// two in order and holds back the next poll's mutations that must wait for
+// what the one before parked or left unfinished (Worker does); the
+// subscriber then settles the next poll without the partitions the one
+// before rewound. Rebalances stay blocked meanwhile, up to the window.
+//
 // Delivery is at least once (the records' applied marks make applying
 // effectively once). Close stops polling and returns once the messages in
 // flight are finished (or CloseTimeout passed) and committed; parked
@@ -149,6 +186,7 @@ type Subscriber struct {
 	commitFailures atomic.Int64
 	commitRetries  atomic.Int64
 	fenced         atomic.Int64
+	pipelined      atomic.Int64
 	commitErr      atomic.Pointer[error] // the last commit's error, nil after a success
 
 	logID       string         // topic id (resolved lazily) or LogEpoch
@@ -197,7 +235,7 @@ func NewSubscriber(client *kgo.Client, cfg SubscriberConfig) (*Subscriber, error
 func (s *Subscriber) Stats() SubscriberStats {
 	return SubscriberStats{Polls: s.polls.Load(), Records: s.records.Load(), Commits: s.commits.Load(),
 		CommitFailures: s.commitFailures.Load(), CommitRetries: s.commitRetries.Load(), Fenced: s.fenced.Load(),
-		Parked: s.parkedTotal.Load(), ParkedNow: s.parkedNow.Load()}
+		Parked: s.parkedTotal.Load(), ParkedNow: s.parkedNow.Load(), Pipelined: s.pipelined.Load()}
 }
 
 // Health returns the error of the last offset commit when it failed (nil
@@ -273,82 +311,47 @@ func (s *Subscriber) Close() error {
 
 func (s *Subscriber) run(ctx context.Context, out chan<- *message.Message) {
 	var backoff time.Duration
-	for batch := int64(0); ; batch++ {
-		for tp := range s.parking.dropGone(s.cfg.Fence) {
-			delete(s.readTo, tp)
-		}
-		full := s.parking.n >= s.cfg.MaxParked
-		// A batch holds at most MaxPollRecords records, due ones first.
-		due, sched := s.parking.takeDue(time.Now(), s.cfg.MaxPollRecords)
-		// The gauge follows every change of parking.n (dropGone, takeDue
-		// here; divert and settle below), so Stats is right whenever read.
-		s.parkedNow.Store(int64(s.parking.n))
-		var recs []*kgo.Record
-		var fetched kgo.Fetches
-		if !full && len(due) < s.cfg.MaxPollRecords {
-			var fetchErr, stop bool
-			recs, fetched, fetchErr, stop = s.poll(ctx, len(due) > 0, s.cfg.MaxPollRecords-len(due))
+	var cur *inflight // the poll in flight
+	var seq int64     // polls emitted
+	var expelledGone <-chan struct{}
+	allowed := time.Now()
+	for {
+		if cur == nil {
+			var stop bool
+			cur, stop = s.next(ctx, &backoff, &seq, out)
 			if stop {
-				s.client.AllowRebalance()
 				return
 			}
-			if len(recs) == 0 && len(due) == 0 {
-				if s.pending != nil {
-					s.commitOffsets(nil, nil)
-				}
-				s.client.AllowRebalance()
-				if fetchErr {
-					backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
-					if !ctxtime.Sleep(ctx, backoff) {
-						return
-					}
-				}
+			if cur == nil {
 				continue
 			}
-		} else if len(due) == 0 {
-			// Backpressure: too many parked records (MaxParked); no new
-			// ones until some are resolved.
-			s.client.AllowRebalance()
-			wctx, cancel := s.parking.waitCtx(ctx, time.Now(), commitRetryInterval)
-			<-wctx.Done()
-			cancel()
-			if ctx.Err() != nil {
-				return
-			}
-			continue
 		}
-		backoff = 0
-		s.noteRead(recs)
-		fresh := s.parking.divert(recs)
-		s.parkedNow.Store(int64(s.parking.n))
-		emitted := append(due, fresh...)
-		if len(emitted) == 0 {
-			// Every polled record joined a parked record's queue.
-			s.client.AllowRebalance()
-			continue
+		var ahead *inflight
+		if s.mayPipeline(ctx, allowed, cur) {
+			ahead = s.pollAhead(ctx, cur, &seq, out)
 		}
-		parts := partitionsOf(emitted)
-		snap := s.cfg.Fence.generations(parts)
-		batchCtx, cancelBatch := context.WithCancel(context.Background())
-		unwatch := s.cfg.Fence.watch(parts, cancelBatch)
-		stopKill := context.AfterFunc(s.killCtx, cancelBatch)
-		if fetched != nil {
-			s.resolveLog(ctx, fetched)
+		rewind, dropped, gone := s.finish(cur)
+		if s.expelled && expelledGone == nil {
+			expelledGone = gone
 		}
-		msgs, flags := s.emit(batchCtx, emitted, s.prefix+"-"+strconv.FormatInt(batch, 10), out)
-		acked, parked := s.await(msgs, flags)
-		unwatch()
-		stopKill()
-		cancelBatch()
-		gone := s.cfg.Fence.next()
-		s.expelled = false
-		rewind := s.settle(emitted, acked, parked, snap, sched)
 		if len(rewind) > 0 && ctx.Err() == nil {
 			s.client.SetOffsets(rewind)
 			s.log.Warn("mutations were not finished; reading them again", "partitions", len(rewind[s.cfg.Topic]))
 			ctxtime.Sleep(ctx, s.cfg.RedeliveryDelay)
 		}
+		if ahead != nil {
+			// The poll emitted ahead is settled next. Its records of the
+			// partitions this settle rewound or gave up are not its own:
+			// they are read again from the rewind (the handler held them
+			// back), or belong to the partition's new owner.
+			ahead.ignore = dropped
+			s.noteRead(ahead.recs, dropped)
+			cur = ahead
+			continue
+		}
+		cur = nil
 		s.client.AllowRebalance()
+		allowed = time.Now()
 		if s.expelled {
 			// The group expelled this member during the batch: let the
 			// client give up the partitions (Fence) before polling, so that
@@ -356,11 +359,12 @@ func (s *Subscriber) run(ctx context.Context, out chan<- *message.Message) {
 			// the applied marks would skip them anyway).
 			t := time.NewTimer(expelledWait)
 			select {
-			case <-gone:
+			case <-expelledGone:
 			case <-t.C:
 			case <-ctx.Done():
 			}
 			t.Stop()
+			s.expelled, expelledGone = false, nil
 		}
 		if ctx.Err() != nil {
 			if len(rewind) > 0 || s.parking.n > 0 {
@@ -371,14 +375,165 @@ func (s *Subscriber) run(ctx context.Context, out chan<- *message.Message) {
 	}
 }
 
+// inflight is an emitted poll until it is settled.
+type inflight struct {
+	id    string
+	recs  []*kgo.Record // emitted, in order
+	snap  map[topicPartition]uint64
+	sched map[parkKey]*parkQueue
+	// ignore: partitions whose records are not this poll's to settle
+	// (see run); set before the poll is finished.
+	ignore map[topicPartition]bool
+
+	done          chan struct{} // closed when every message is acked or nacked
+	acked, parked []bool        // set before done is closed
+	release       func()        // ends the poll's context and its watches
+}
+
+// next prepares the next poll when none is in flight: it takes the parked
+// records that are due and, unless MaxParked records are parked, polls new
+// ones (diverting those of parked records), and emits them. It returns nil
+// when there is nothing to emit (the caller loops), and stop when polling
+// must end.
+func (s *Subscriber) next(ctx context.Context, backoff *time.Duration, seq *int64, out chan<- *message.Message) (cur *inflight, stop bool) {
+	for tp := range s.parking.dropGone(s.cfg.Fence) {
+		delete(s.readTo, tp)
+	}
+	full := s.parking.n >= s.cfg.MaxParked
+	// A batch holds at most MaxPollRecords records, due ones first.
+	due, sched := s.parking.takeDue(time.Now(), s.cfg.MaxPollRecords)
+	// The gauge follows every change of parking.n (dropGone, takeDue
+	// here; divert and settle below), so Stats is right whenever read.
+	s.parkedNow.Store(int64(s.parking.n))
+	var recs []*kgo.Record
+	var fetched kgo.Fetches
+	if !full && len(due) < s.cfg.MaxPollRecords {
+		var fetchErr bool
+		recs, fetched, fetchErr, stop = s.poll(ctx, len(due) > 0, s.cfg.MaxPollRecords-len(due))
+		if stop {
+			s.client.AllowRebalance()
+			return nil, true
+		}
+		if len(recs) == 0 && len(due) == 0 {
+			if s.pending != nil {
+				s.commitOffsets(nil, nil)
+			}
+			s.client.AllowRebalance()
+			if fetchErr {
+				*backoff = min(max(2**backoff, 50*time.Millisecond), 2*time.Second)
+				if !ctxtime.Sleep(ctx, *backoff) {
+					return nil, true
+				}
+			}
+			return nil, false
+		}
+	} else if len(due) == 0 {
+		// Backpressure: too many parked records (MaxParked); no new
+		// ones until some are resolved.
+		s.client.AllowRebalance()
+		wctx, cancel := s.parking.waitCtx(ctx, time.Now(), commitRetryInterval)
+		<-wctx.Done()
+		cancel()
+		return nil, ctx.Err() != nil
+	}
+	*backoff = 0
+	s.noteRead(recs, nil)
+	fresh := s.parking.divert(recs)
+	s.parkedNow.Store(int64(s.parking.n))
+	emitted := append(due, fresh...)
+	if len(emitted) == 0 {
+		// Every polled record joined a parked record's queue.
+		s.client.AllowRebalance()
+		return nil, false
+	}
+	return s.start(ctx, emitted, fetched, sched, "", seq, out), false
+}
+
+// mayPipeline reports whether the next poll may be emitted while cur is
+// finished (see SubscriberConfig.PipelineWindow): not when records are
+// parked or cur redelivers parked ones (their records' later records are
+// diverted at poll time, and MaxParked holds polling back), a commit is
+// pending, the group expelled this member, polling ends, or rebalances
+// have waited for the window.
+func (s *Subscriber) mayPipeline(ctx context.Context, allowed time.Time, cur *inflight) bool {
+	return s.cfg.PipelineWindow > 0 && ctx.Err() == nil && s.parking.n == 0 && len(cur.sched) == 0 && s.pending == nil && !s.expelled &&
+		time.Since(allowed) < s.cfg.PipelineWindow
+}
+
+// pollAhead polls while cur is in flight (until it is finished) and emits
+// what it got as a poll to be handled after cur (MetadataBatchAfter); nil
+// when nothing came. Rebalances stay blocked meanwhile (the records are
+// those of the partitions cur holds or the member owns).
+func (s *Subscriber) pollAhead(ctx context.Context, cur *inflight, seq *int64, out chan<- *message.Message) *inflight {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-cur.done:
+		case <-pctx.Done():
+		}
+		cancel()
+	}()
+	recs, fetched, _, _ := s.fetch(pctx, s.cfg.MaxPollRecords)
+	if len(recs) == 0 {
+		return nil
+	}
+	s.pipelined.Add(1)
+	return s.start(ctx, recs, fetched, nil, cur.id, seq, out)
+}
+
+// start emits recs as one poll (after: see MetadataBatchAfter) with a
+// context that ends when one of its partitions goes (Fence) or Close gives
+// up waiting, and waits for its acks in the background.
+func (s *Subscriber) start(ctx context.Context, recs []*kgo.Record, fetched kgo.Fetches, sched map[parkKey]*parkQueue, after string, seq *int64, out chan<- *message.Message) *inflight {
+	parts := partitionsOf(recs)
+	b := &inflight{id: s.prefix + "-" + strconv.FormatInt(*seq, 10), recs: recs, sched: sched,
+		snap: s.cfg.Fence.generations(parts), done: make(chan struct{})}
+	*seq++
+	batchCtx, cancelBatch := context.WithCancel(context.Background())
+	unwatch := s.cfg.Fence.watch(parts, cancelBatch)
+	stopKill := context.AfterFunc(s.killCtx, cancelBatch)
+	b.release = func() {
+		unwatch()
+		stopKill()
+		cancelBatch()
+	}
+	if fetched != nil {
+		s.resolveLog(ctx, fetched)
+	}
+	msgs, flags := s.emit(batchCtx, recs, b.id, after, out)
+	go func() {
+		b.acked, b.parked = s.await(msgs, flags)
+		close(b.done)
+	}()
+	return b
+}
+
+// finish waits until every message of b is acked or nacked and settles
+// it. It returns the offsets to rewind to, the partitions whose records
+// after b are not the next poll's own (rewound or given up; see run), and
+// a channel closed by the next Gone of the Fence (for when the commit
+// shows that the group expelled this member: s.expelled).
+func (s *Subscriber) finish(b *inflight) (rewind map[string]map[int32]kgo.EpochOffset, dropped map[topicPartition]bool, gone <-chan struct{}) {
+	<-b.done
+	b.release()
+	gone = s.cfg.Fence.next()
+	rewind, dropped = s.settle(b)
+	return rewind, dropped, gone
+}
+
 // noteRead advances, per partition, the highest offset read.
-func (s *Subscriber) noteRead(recs []*kgo.Record) {
+// Records of the partitions in skip are not noted.
+func (s *Subscriber) noteRead(recs []*kgo.Record, skip map[topicPartition]bool) {
 	if len(recs) == 0 {
 		return
 	}
 	gens := s.cfg.Fence.generations(partitionsOf(recs))
 	for _, r := range recs {
 		k := topicPartition{r.Topic, r.Partition}
+		if skip[k] {
+			continue
+		}
 		cur, ok := s.readTo[k]
 		if !ok || cur.gen != gens[k] || r.Offset > cur.offset {
 			s.readTo[k] = readMark{offset: r.Offset, gen: gens[k]}
@@ -407,12 +562,23 @@ func (s *Subscriber) poll(ctx context.Context, haveDue bool, maxRecords int) (re
 	}
 	pctx, cancel := s.parking.waitCtx(ctx, time.Now(), limit)
 	defer cancel()
-	fetches := s.client.PollRecords(pctx, maxRecords)
-	if fetches.IsClientClosed() {
+	recs, fetched, fetchErr, closed := s.fetch(pctx, maxRecords)
+	if closed {
 		s.log.Error("the Kafka client was closed while consuming")
 		return nil, nil, false, true
 	}
-	if ctx.Err() != nil && fetches.NumRecords() == 0 {
+	if ctx.Err() != nil && len(recs) == 0 {
+		return nil, nil, false, true
+	}
+	return recs, fetched, fetchErr, false
+}
+
+// fetch polls up to maxRecords records until ctx ends, reports fetch
+// errors and the partitions' lag, and counts the poll. closed reports a
+// closed client.
+func (s *Subscriber) fetch(ctx context.Context, maxRecords int) (recs []*kgo.Record, fetched kgo.Fetches, fetchErr, closed bool) {
+	fetches := s.client.PollRecords(ctx, maxRecords)
+	if fetches.IsClientClosed() {
 		return nil, nil, false, true
 	}
 	fetches.EachError(func(_ string, p int32, err error) {
@@ -434,18 +600,25 @@ func (s *Subscriber) poll(ctx context.Context, haveDue bool, maxRecords int) (re
 // emit sends every record as a message, in order, and returns the
 // messages sent (all of them unless Close gave up waiting) and their park
 // signals (see markParked).
-func (s *Subscriber) emit(ctx context.Context, recs []*kgo.Record, batch string, out chan<- *message.Message) ([]*message.Message, []*atomic.Bool) {
+func (s *Subscriber) emit(ctx context.Context, recs []*kgo.Record, batch, after string, out chan<- *message.Message) ([]*message.Message, []*atomic.Bool) {
 	size := strconv.Itoa(len(recs))
 	msgs := make([]*message.Message, 0, len(recs))
 	flags := make([]*atomic.Bool, 0, len(recs))
 	for i, rec := range recs {
-		msg := unmarshal(rec, 5)
+		msg := unmarshal(rec, 6)
 		md := msg.Metadata
 		md[MetadataPartition] = strconv.FormatInt(int64(rec.Partition), 10)
 		md[MetadataOffset] = strconv.FormatInt(rec.Offset, 10)
 		md[MetadataBatch] = batch
 		md[MetadataBatchIndex] = strconv.Itoa(i)
 		md[MetadataBatchSize] = size
+		// A record's own headers (a replayed dead letter, another
+		// producer) never stand for these.
+		delete(md, MetadataBatchAfter)
+		delete(md, MetadataLog)
+		if after != "" {
+			md[MetadataBatchAfter] = after
+		}
 		if s.logID != "" {
 			md[MetadataLog] = s.logID
 		}
@@ -488,27 +661,29 @@ func (s *Subscriber) await(msgs []*message.Message, flags []*atomic.Bool) (acked
 	return acked, parked
 }
 
-// settle parks the parked records, commits per partition the offset
+// settle parks the parked records of b, commits per partition the offset
 // before its first unfinished or parked record (everything before it is
 // finished), and returns the offsets to rewind to: per partition with an
 // unfinished (not parked) record, its first unfinished offset. Partitions
 // revoked or lost while the batch was in flight are left to their new
-// owners: neither committed nor rewound.
-func (s *Subscriber) settle(recs []*kgo.Record, acked, parked []bool, snap map[topicPartition]uint64, sched map[parkKey]*parkQueue) map[string]map[int32]kgo.EpochOffset {
+// owners: neither committed nor rewound. The partitions of b.ignore are
+// left alone. dropped are the partitions rewound or left to new owners.
+func (s *Subscriber) settle(b *inflight) (rewind map[string]map[int32]kgo.EpochOffset, dropped map[topicPartition]bool) {
 	type tp = topicPartition
+	recs, acked, parked, snap, sched := b.recs, b.acked, b.parked, b.snap, b.sched
 	stopAt := map[tp]int64{}
 	for i, rec := range recs {
-		if i < len(acked) && (acked[i] || parked[i]) {
+		k := tp{rec.Topic, rec.Partition}
+		if b.ignore[k] || i < len(acked) && (acked[i] || parked[i]) {
 			continue
 		}
-		k := tp{rec.Topic, rec.Partition}
 		if at, ok := stopAt[k]; !ok || rec.Offset < at {
 			stopAt[k] = rec.Offset
 		}
 	}
 	gone := map[tp]bool{}
 	for k := range snap {
-		if !s.cfg.Fence.still(snap, k) {
+		if !b.ignore[k] && !s.cfg.Fence.still(snap, k) {
 			gone[k] = true
 		}
 	}
@@ -516,7 +691,7 @@ func (s *Subscriber) settle(recs []*kgo.Record, acked, parked []bool, snap map[t
 	maxDelay := 16 * s.cfg.RedeliveryDelay
 	for i, rec := range recs {
 		k := tp{rec.Topic, rec.Partition}
-		if i >= len(parked) || !parked[i] || gone[k] {
+		if i >= len(parked) || !parked[i] || gone[k] || b.ignore[k] {
 			continue
 		}
 		if at, ok := stopAt[k]; ok && rec.Offset >= at {
@@ -542,7 +717,7 @@ func (s *Subscriber) settle(recs []*kgo.Record, acked, parked []bool, snap map[t
 	low := s.parking.lowest()
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	for k := range snap {
-		if gone[k] {
+		if gone[k] || b.ignore[k] {
 			continue
 		}
 		m, ok := s.readTo[k]
@@ -572,17 +747,19 @@ func (s *Subscriber) settle(recs []*kgo.Record, acked, parked []bool, snap map[t
 		delete(stopAt, k)
 		delete(s.readTo, k)
 	}
+	dropped = gone
 	if len(stopAt) == 0 {
-		return nil
+		return nil, dropped
 	}
-	rewind := map[string]map[int32]kgo.EpochOffset{}
+	rewind = map[string]map[int32]kgo.EpochOffset{}
 	for k, at := range stopAt {
 		if rewind[k.topic] == nil {
 			rewind[k.topic] = map[int32]kgo.EpochOffset{}
 		}
 		rewind[k.topic][k.partition] = kgo.EpochOffset{Epoch: -1, Offset: at}
+		dropped[k] = true
 	}
-	return rewind
+	return rewind, dropped
 }
 
 // commitOffsets commits the offsets (the next offset to read, per

@@ -138,7 +138,7 @@ func TestWorkerProcessSpanContinuesTheFirstTrace(t *testing.T) {
 	for i, m := range msgs {
 		entries[i] = &batchEntry{msg: Unmarshal(Marshal("muts", m))}
 	}
-	w.apply(entries)
+	w.apply(entries, nil)
 	for i, e := range entries {
 		if e.err != nil {
 			t.Fatalf("entry %d: %v", i, e.err)

@@ -79,6 +79,9 @@ type WorkerStats struct {
 	// CommitFailures are offset commits that failed after their retries
 	// (Kafka subscriber only).
 	CommitFailures int64
+	// HeldPolls are polls that were complete before the poll they follow
+	// (MetadataBatchAfter) and waited for it to be applied.
+	HeldPolls int64
 }
 
 // Worker is the worker role: a Watermill message.Router with one handler
@@ -92,7 +95,11 @@ type WorkerStats struct {
 // partition) by their position, not by arrival, and applies them as one
 // ApplyMutations call: the application's wave executor writes them in few
 // storage calls and applies one record's mutations strictly in slice
-// order. Each goroutine then returns its message's own result: nil (acked)
+// order. Polls are applied in the order the subscriber emitted them: one
+// emitted while the one before was in flight (MetadataBatchAfter) waits
+// for it, and its mutations of a record that poll parked, or of a
+// partition it left unfinished, are held back (nacked; see holdBack).
+// Each goroutine then returns its message's own result: nil (acked)
 // when the mutation was applied or dead-lettered, an error (nacked, read
 // again) otherwise. A message without batch metadata (another Pub/Sub,
 // such as Watermill's GoChannel) is a batch of one, applied at once.
@@ -130,6 +137,7 @@ type Worker struct {
 
 	mu        sync.Mutex
 	batches   map[string]*pendingBatch
+	held      map[string]*pendingBatch // complete polls waiting for the poll they follow (by its id)
 	abandoned bool
 	started   bool
 	stopping  bool
@@ -137,7 +145,7 @@ type Worker struct {
 	runErr    error
 	running   atomic.Bool
 
-	stats struct{ batches, records, applied, skipped, deadLettered, parked atomic.Int64 }
+	stats struct{ batches, records, applied, skipped, deadLettered, parked, held atomic.Int64 }
 
 	// attempts sums the attempts of the parked mutation at the head of
 	// each partition over its deliveries (applier goroutine only).
@@ -178,7 +186,7 @@ func NewWorker(sub message.Subscriber, pub message.Publisher, handler ports.Muta
 	if cfg.Observer == nil {
 		cfg.Observer = ports.NopObserver{}
 	}
-	w := &Worker{sub: sub, pub: pub, handler: handler, cfg: cfg, batches: map[string]*pendingBatch{}, attempts: map[source]parkedAttempts{},
+	w := &Worker{sub: sub, pub: pub, handler: handler, cfg: cfg, batches: map[string]*pendingBatch{}, held: map[string]*pendingBatch{}, attempts: map[source]parkedAttempts{},
 		log: cfg.Logger.With("component", "worker", "topic", cfg.Topic), tracer: tracerOf(cfg.TracerProvider)}
 	w.applyCtx, w.cancel = context.WithCancel(context.Background())
 	w.applyQ = make(chan *pendingBatch)
@@ -200,7 +208,7 @@ func (w *Worker) Router() *message.Router { return w.router }
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
 	s := WorkerStats{Batches: w.stats.batches.Load(), Records: w.stats.records.Load(), Applied: w.stats.applied.Load(), Skipped: w.stats.skipped.Load(),
-		DeadLettered: w.stats.deadLettered.Load(), Parked: w.stats.parked.Load()}
+		DeadLettered: w.stats.deadLettered.Load(), Parked: w.stats.parked.Load(), HeldPolls: w.stats.held.Load()}
 	if ks, ok := w.sub.(*Subscriber); ok {
 		st := ks.Stats()
 		s.Commits, s.CommitFailures = st.Commits, st.CommitFailures
@@ -314,19 +322,41 @@ var errUnfinished = errors.New("the mutation was not finished; it is read again"
 
 // pendingBatch collects the messages of one poll.
 type pendingBatch struct {
-	entries []*batchEntry
-	arrived int
-	done    chan struct{}
+	id, after string // MetadataBatch, MetadataBatchAfter
+	entries   []*batchEntry
+	arrived   int
+	done      chan struct{}
 }
 
 type batchEntry struct {
-	msg *message.Message
-	err error // the message's result, set before done is closed
+	msg    *message.Message
+	err    error // the message's result, set before done is closed
+	parked bool  // nacked as parked (markParked)
+	// behind: nacked unapplied because the poll before left its partition
+	// unfinished (see holdBack); the subscriber reads it again with the
+	// rest of the partition, so it does not hold back the next poll.
+	behind bool
+}
+
+// batchOutcome is what the applier remembers of the poll it applied
+// last, for a poll emitted while that one was in flight
+// (MetadataBatchAfter): the partitions it left unfinished (the subscriber
+// reads them again from there) and the records it parked.
+type batchOutcome struct {
+	id      string
+	stopped map[int32]bool
+	parked  map[recordRef]bool
+}
+
+// recordRef is a Kafka record key in a partition (one Sink record).
+type recordRef struct {
+	partition int32
+	key       string
 }
 
 // Handle is the router handler (a message.NoPublishHandlerFunc): see Worker.
 func (w *Worker) Handle(msg *message.Message) error {
-	id, index, size, ok := w.batchOf(msg)
+	id, after, index, size, ok := w.batchOf(msg)
 	// Decoding happens in the applier: in a fresh handler goroutine it
 	// would grow the goroutine's stack for every message.
 	e := &batchEntry{msg: msg}
@@ -343,7 +373,7 @@ func (w *Worker) Handle(msg *message.Message) error {
 	}
 	b := w.batches[id]
 	if b == nil {
-		b = &pendingBatch{entries: make([]*batchEntry, size), done: make(chan struct{})}
+		b = &pendingBatch{id: id, after: after, entries: make([]*batchEntry, size), done: make(chan struct{})}
 		w.batches[id] = b
 	}
 	if b.entries[index] != nil {
@@ -373,14 +403,16 @@ func (w *Worker) abandon() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.abandoned = true
-	for id, b := range w.batches {
-		for _, e := range b.entries {
-			if e != nil {
-				e.err = fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
+	for _, m := range []map[string]*pendingBatch{w.batches, w.held} {
+		for id, b := range m {
+			for _, e := range b.entries {
+				if e != nil {
+					e.err = fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
+				}
 			}
+			close(b.done)
+			delete(m, id)
 		}
-		close(b.done)
-		delete(w.batches, id)
 	}
 }
 
@@ -388,16 +420,85 @@ func (w *Worker) abandon() {
 // long-lived goroutine (whose stack has grown to what applying needs, where
 // a fresh handler goroutine would grow its stack for every batch). It runs
 // from Start until the router has stopped.
+//
+// Polls are applied in the order the subscriber emitted them: a poll
+// emitted while another was in flight (MetadataBatchAfter) may be complete
+// first (the Router's goroutines run in any order); it is held until the
+// poll it follows was applied, and then applied with that poll's outcome
+// (see holdBack).
 func (w *Worker) applier() {
+	var last batchOutcome
 	for b := range w.applyQ {
-		w.applySafely(b)
-		close(b.done)
+		for b != nil {
+			if b.after != "" && b.after != last.id {
+				w.mu.Lock()
+				if w.abandoned {
+					w.mu.Unlock()
+					w.release(b)
+					break
+				}
+				w.held[b.after] = b
+				w.mu.Unlock()
+				w.stats.held.Add(1)
+				break
+			}
+			var prev *batchOutcome
+			if b.after != "" {
+				prev = &last
+			}
+			w.applySafely(b, prev)
+			last = outcomeOf(b)
+			close(b.done)
+			w.mu.Lock()
+			b = w.held[last.id]
+			delete(w.held, last.id)
+			w.mu.Unlock()
+		}
+	}
+	// The router has stopped: no handler waits for a held poll any more.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, b := range w.held {
+		w.release(b)
+		delete(w.held, id)
 	}
 }
 
-// applySafely applies b; a panic (like the Recoverer middleware's in a
-// handler) nacks the batch's messages instead of ending the process.
-func (w *Worker) applySafely(b *pendingBatch) {
+// release nacks every message of b (the worker stops).
+func (w *Worker) release(b *pendingBatch) {
+	for _, e := range b.entries {
+		e.err = fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
+	}
+	close(b.done)
+}
+
+// outcomeOf returns the outcome of the applied poll b.
+func outcomeOf(b *pendingBatch) batchOutcome {
+	o := batchOutcome{id: b.id}
+	for _, e := range b.entries {
+		if e.err == nil || e.behind {
+			continue
+		}
+		src := sourceOf(e.msg)
+		if e.parked {
+			if o.parked == nil {
+				o.parked = map[recordRef]bool{}
+			}
+			o.parked[recordRef{src.partition, e.msg.Metadata.Get(KeyMetadata)}] = true
+			continue
+		}
+		if o.stopped == nil {
+			o.stopped = map[int32]bool{}
+		}
+		o.stopped[src.partition] = true
+	}
+	return o
+}
+
+// applySafely applies b (after prev, when b was emitted while prev was in
+// flight); a panic (like the Recoverer middleware's in a handler) nacks
+// the batch's messages instead of ending the process.
+func (w *Worker) applySafely(b *pendingBatch, prev *batchOutcome) {
 	defer func() {
 		if r := recover(); r != nil {
 			// The panic value is not logged: it may quote a document.
@@ -407,22 +508,22 @@ func (w *Worker) applySafely(b *pendingBatch) {
 			}
 		}
 	}()
-	w.apply(b.entries)
+	w.apply(b.entries, prev)
 }
 
 // batchOf reads the batch metadata of msg; ok is false when there is none
 // or it is not valid.
-func (w *Worker) batchOf(msg *message.Message) (id string, index, size int, ok bool) {
+func (w *Worker) batchOf(msg *message.Message) (id, after string, index, size int, ok bool) {
 	id = msg.Metadata.Get(MetadataBatch)
 	if id == "" {
-		return "", 0, 0, false
+		return "", "", 0, 0, false
 	}
 	index, err1 := strconv.Atoi(msg.Metadata.Get(MetadataBatchIndex))
 	size, err2 := strconv.Atoi(msg.Metadata.Get(MetadataBatchSize))
 	if err1 != nil || err2 != nil || size < 1 || size > w.cfg.MaxBatch || index < 0 || index >= size {
-		return "", 0, 0, false
+		return "", "", 0, 0, false
 	}
-	return id, index, size, true
+	return id, msg.Metadata.Get(MetadataBatchAfter), index, size, true
 }
 
 // source is where a message was read: its partition and offset when the
@@ -448,7 +549,7 @@ func sourceOf(msg *message.Message) source {
 // The batch's context ends when the worker is canceled, when the
 // subscriber cancels the poll (a partition of it was revoked or lost: see
 // Fence) and after BatchTimeout (the handler parks what still fails).
-func (w *Worker) apply(entries []*batchEntry) {
+func (w *Worker) apply(entries []*batchEntry, prev *batchOutcome) {
 	w.stats.batches.Add(1)
 	ctx, cancel := context.WithTimeout(w.applyCtx, w.cfg.BatchTimeout)
 	defer cancel()
@@ -456,20 +557,60 @@ func (w *Worker) apply(entries []*batchEntry) {
 		defer context.AfterFunc(entries[0].msg.Context(), cancel)()
 	}
 	srcs := make([]source, len(entries))
+	for i, e := range entries {
+		srcs[i] = sourceOf(e.msg)
+	}
 	dead := make([]*deadLetterInfo, len(entries))
 	ctx, span := w.startProcess(ctx, entries)
 	defer func() { endProcess(span, entries, dead) }()
-	muts, owners := w.decode(entries, srcs, dead)
+	held := holdBack(prev, entries, srcs)
+	muts, owners := w.decode(entries, srcs, dead, held)
 	unfinished := w.applyMutations(ctx, muts, owners, entries, srcs, dead)
 	w.deadLetter(entries, srcs, dead, unfinished)
 }
 
-// decode decodes every message; undecodable ones get a dead-letter reason.
-func (w *Worker) decode(entries []*batchEntry, srcs []source, dead []*deadLetterInfo) ([]domain.Mutation, []int) {
+// holdBack settles, without applying them, the messages of a poll emitted
+// while the poll prev was in flight that must wait for what prev left
+// behind: those of a partition prev left unfinished are nacked (the
+// subscriber reads the partition again from prev's first unfinished
+// record), and those of a record prev parked are nacked as parked (they
+// join the record's queue behind its parked mutations). Without this a
+// record's later mutation could be applied before an earlier one. It
+// reports the held messages.
+//
+// The subscriber leaves the nacked ones of an unfinished partition alone
+// (it reads the partition again), so they do not make this poll's
+// partition unfinished for the poll after it (batchEntry.behind).
+func holdBack(prev *batchOutcome, entries []*batchEntry, srcs []source) []bool {
+	if prev == nil || len(prev.stopped) == 0 && len(prev.parked) == 0 {
+		return nil
+	}
+	held := make([]bool, len(entries))
+	for i, e := range entries {
+		switch {
+		case prev.stopped[srcs[i].partition]:
+			e.err = fmt.Errorf("%w: an earlier mutation of its partition was not finished", errUnfinished)
+			e.behind = true
+		case prev.parked[recordRef{srcs[i].partition, e.msg.Metadata.Get(KeyMetadata)}]:
+			e.err = fmt.Errorf("%w: an earlier mutation of its record is parked", errUnfinished)
+			e.parked = markParked(e.msg)
+		default:
+			continue
+		}
+		held[i] = true
+	}
+	return held
+}
+
+// decode decodes every message not held; undecodable ones get a
+// dead-letter reason.
+func (w *Worker) decode(entries []*batchEntry, srcs []source, dead []*deadLetterInfo, held []bool) ([]domain.Mutation, []int) {
 	muts := make([]domain.Mutation, 0, len(entries))
 	owners := make([]int, 0, len(entries))
 	for i, e := range entries {
-		srcs[i] = sourceOf(e.msg)
+		if held != nil && held[i] {
+			continue
+		}
 		m, err := decodeRecord([]byte(e.msg.Metadata.Get(KeyMetadata)), e.msg.Payload)
 		if err != nil {
 			w.log.Warn("undecodable mutation record: dead-lettering it", "partition", srcs[i].partition, "offset", srcs[i].offset, "error", err)
@@ -513,6 +654,7 @@ func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, own
 			w.stats.parked.Add(1)
 			entries[i].err = fmt.Errorf("%w: %w", errUnfinished, e)
 			if markParked(entries[i].msg) {
+				entries[i].parked = true
 				// The subscriber holds it (and its record's later
 				// mutations) and delivers it again; the partition goes on.
 				continue

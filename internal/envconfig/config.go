@@ -379,8 +379,9 @@ func (c Config) Queue() kafka.QueueConfig {
 }
 
 // Subscriber returns the worker's subscriber configuration: its offset
-// commit gets a sixth of the rebalance timeout, at most the adapter's
-// default (the caller adds the fence, logger and observer).
+// commit and its pipeline window get a sixth of the rebalance timeout, at
+// most the adapter's defaults (the caller adds the fence, logger and
+// observer).
 func (c Config) Subscriber() kafka.SubscriberConfig {
 	s := kafka.DefaultSubscriberConfig()
 	s.Topic = c.Kafka.Topic
@@ -388,6 +389,9 @@ func (c Config) Subscriber() kafka.SubscriberConfig {
 	s.CloseTimeout = c.ShutdownTimeout
 	s.CommitTimeout = min(s.CommitTimeout, c.Kafka.BatchBudget()/2)
 	s.LogEpoch = c.Kafka.LogEpoch
+	// Pipelining keeps a rebalance waiting for up to the window and two
+	// batches (each within BatchBudget, a third of the rebalance timeout).
+	s.PipelineWindow = min(s.PipelineWindow, c.Kafka.BatchBudget()/2)
 	return s
 }
 
