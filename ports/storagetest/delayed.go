@@ -53,41 +53,19 @@ func (d *Delayed) Stats() DelayedStats {
 }
 
 // wait sleeps RTT unless ctx ends first.
-//
-// A database's reply wakes the waiting goroutine through the network
-// poller as soon as it arrives, but the runtime's timers are coarser: a
-// process with idle processors waits for its next timer in whole
-// milliseconds, so a 1 ms timer fires 1–2 ms later (about 1.45 ms on
-// average under the contention benchmarks' load). That would simulate a
-// slower database than asked for, and unevenly: a load that waits for one
-// round trip after another pays it on every call. So the last
-// preciseTail of the wait is slept by the OS thread (preciseSleep), which
-// wakes within tens of microseconds; the rest, when RTT is longer, waits
-// on a timer that ctx can interrupt. A ctx that ends during the tail fails
-// the call when the tail is over.
 func (d *Delayed) wait(ctx context.Context) error {
 	if d.RTT <= 0 {
 		return ctx.Err()
 	}
-	deadline := time.Now().Add(d.RTT)
-	if coarse := d.RTT - preciseTail; coarse > 0 {
-		t := time.NewTimer(coarse)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
+	t := time.NewTimer(d.RTT)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	preciseSleep(time.Until(deadline))
-	return ctx.Err()
 }
-
-// preciseTail is the end of a Delayed wait slept by the OS thread.
-const preciseTail = 2 * time.Millisecond
 
 // Read implements ports.Storage.
 func (d *Delayed) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
