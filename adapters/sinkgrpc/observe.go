@@ -103,11 +103,11 @@ func loggedMessage(msg string) string {
 
 // requestID returns the client's usable x-request-id, or a new one.
 func requestID(ctx context.Context) string {
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		for _, v := range md.Get(RequestIDHeader) {
-			if usableRequestID(v) {
-				return v
-			}
+	// ValueFromIncomingContext reads the one header; FromIncomingContext
+	// would copy every header of the call first.
+	for _, v := range metadata.ValueFromIncomingContext(ctx, RequestIDHeader) {
+		if usableRequestID(v) {
+			return v
 		}
 	}
 	return NewRequestID()
