@@ -405,12 +405,7 @@ func (w *Worker) abandon() {
 	w.abandoned = true
 	for _, m := range []map[string]*pendingBatch{w.batches, w.held} {
 		for id, b := range m {
-			for _, e := range b.entries {
-				if e != nil {
-					e.err = fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
-				}
-			}
-			close(b.done)
+			w.release(b)
 			delete(m, id)
 		}
 	}
@@ -464,10 +459,12 @@ func (w *Worker) applier() {
 	}
 }
 
-// release nacks every message of b (the worker stops).
+// release nacks every message of b that arrived (the worker stops).
 func (w *Worker) release(b *pendingBatch) {
 	for _, e := range b.entries {
-		e.err = fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
+		if e != nil {
+			e.err = fmt.Errorf("%w: %w", errUnfinished, context.Canceled)
+		}
 	}
 	close(b.done)
 }
