@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sink-io/sink/adapters/memory"
+	"github.com/sink-io/sink/adapters/mergepatch"
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
 )
@@ -54,6 +55,29 @@ func BenchmarkBatchPut500(b *testing.B) {
 		res, err := s.Write(context.Background(), muts, WaitUntilApplied)
 		if err != nil || res[499].Status != StatusApplied {
 			b.Fatal(err, res[499])
+		}
+	}
+}
+
+// BenchmarkFold8 measures the application's cost of a fold: one request of
+// eight merge-patch merges of one small JSON record (the shape of a batch
+// in the hot-key contention benchmark), on memory storage.
+func BenchmarkFold8(b *testing.B) {
+	s, err := NewService(DefaultConfig(), memory.New(), []ports.MergeProfile{mergepatch.Profile{}}, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := listAddr("hot")
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		muts := make([]domain.Mutation, 8)
+		for k := range muts {
+			muts[k] = domain.Mutation{Kind: domain.MutationMerge, Address: a, Merge: domain.MergeIntent{Profile: mergepatch.Name,
+				Intent: domain.Document{ContentType: domain.ContentTypeJSON, Data: fmt.Appendf(nil, `{"c%d":%d}`, (i*8+k)%16, i)}}}
+		}
+		res, err := s.Write(context.Background(), muts, WaitUntilApplied)
+		if err != nil || res[7].Status != StatusApplied {
+			b.Fatal(err, res)
 		}
 	}
 }

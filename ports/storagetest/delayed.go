@@ -57,7 +57,12 @@ func (d *Delayed) wait(ctx context.Context) error {
 	if d.RTT <= 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(d.RTT)
+	return sleep(ctx, d.RTT)
+}
+
+// timerSleep is sleep on a runtime timer.
+func timerSleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -45,6 +46,42 @@ func TestDelayedWaitsAndCounts(t *testing.T) {
 	for _, r := range slow.Write(ctx, make([]ports.WriteOp, 2)) {
 		if domain.CodeOf(r.Err) != domain.CodeCanceled {
 			t.Fatalf("a write whose context ended: %v", r.Err)
+		}
+	}
+}
+
+// TestDelayedWaitEndsWithItsContext: a call whose context ends during the
+// wait fails at once with the context's error, whether the context was
+// canceled or its deadline passed; and a wait that is not cut short lasts
+// at least the round trip, with both the precise and the timer-only wait.
+func TestDelayedWaitEndsWithItsContext(t *testing.T) {
+	slow := NewDelayed(fakeStorage{}, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(5*time.Millisecond, cancel)
+	done := make(chan []ports.WriteResult, 1)
+	go func() { done <- slow.Write(ctx, make([]ports.WriteOp, 1)) }()
+	select {
+	case got := <-done:
+		if domain.CodeOf(got[0].Err) != domain.CodeCanceled {
+			t.Fatalf("a write canceled during its wait: %v", got[0].Err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a write canceled during its wait still waits")
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer dcancel()
+	if got := slow.Read(dctx, make([]domain.Address, 1)); !errors.Is(got[0].Err, context.DeadlineExceeded) {
+		t.Fatalf("a read whose deadline passed during its wait: %v", got[0].Err)
+	}
+	for name, wait := range map[string]func(context.Context, time.Duration) error{"sleep": sleep, "timerSleep": timerSleep} {
+		for range 20 {
+			start := time.Now()
+			if err := wait(context.Background(), 300*time.Microsecond); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if el := time.Since(start); el < 300*time.Microsecond {
+				t.Fatalf("%s of 300µs ended after %s", name, el)
+			}
 		}
 	}
 }
