@@ -240,7 +240,7 @@ func violates(file, imp string) string {
 	return ""
 }
 
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	root, err := testkit.RepoRoot()
 	if err != nil {

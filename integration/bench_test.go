@@ -34,7 +34,7 @@ func BenchmarkGRPCSingleWrite(b *testing.B) {
 
 // BenchmarkGRPCBatch500 measures 500-operation batch puts and reads (1 KB
 // documents) and reports operations per second, against Sink on memory
-// storage and against the null server (the gRPC floor, see nullSink):
+// storage and against the null server (the gRPC floor, internal/testkit/nullsink):
 // put-null and read-null.
 func BenchmarkGRPCBatch500(b *testing.B) {
 	s := sinktest.Start(b, nil)

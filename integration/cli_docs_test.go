@@ -27,7 +27,7 @@ var sinkBinary struct {
 
 // buildSink builds cmd/sink once per test binary (the packages are already
 // compiled for the tests, so this mostly links).
-func buildSink(t *testing.T) string {
+func buildSink(t testing.TB) string {
 	t.Helper()
 	sinkBinary.once.Do(func() {
 		dir, err := os.MkdirTemp("", "sink-bin-")

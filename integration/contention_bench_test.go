@@ -19,11 +19,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sink-io/sink/adapters/mergepatch"
-	"github.com/sink-io/sink/adapters/sinkgrpc"
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/internal/testkit/countprofile"
 	"github.com/sink-io/sink/internal/testkit/mongotest"
+	"github.com/sink-io/sink/internal/testkit/nullsink"
 	"github.com/sink-io/sink/internal/testkit/sinktest"
 	"github.com/sink-io/sink/ports"
 	"github.com/sink-io/sink/ports/storagetest"
@@ -31,51 +31,21 @@ import (
 )
 
 // Contention benchmarks: every case runs against Sink and, in the same run,
-// against a null gRPC server (nullSink) that decodes the same requests and
+// against a null gRPC server (internal/testkit/nullsink) that decodes the same requests and
 // answers without doing any work, so that each Sink number comes with its
 // ratio to the gRPC floor ("vs-null"). The 1 ms cases wrap the memory
 // storage in storagetest.Delayed, which adds a simulated 1 ms round trip to
 // every storage call and counts the calls.
 
-// nullSink is the gRPC floor: the same service, requests decoded by grpc-go,
-// one well-formed result per operation, no work. Reads find a fixed 1 KB
-// JSON document (the size the benchmarks write), so that responses are as
-// large as Sink's.
-type nullSink struct {
-	sinkv1.UnimplementedSinkServer
-}
-
-var nullDoc = &sinkv1.Document{ContentType: "application/json", Data: []byte(`{"payload":"` + strings.Repeat("x", 1000) + `"}`)}
-
-func (nullSink) Read(_ context.Context, r *sinkv1.ReadRequest) (*sinkv1.ReadResponse, error) {
-	out := &sinkv1.ReadResponse{Results: make([]*sinkv1.ReadResult, len(r.Operations))}
-	for i := range out.Results {
-		out.Results[i] = &sinkv1.ReadResult{Index: uint32(i), Status: found, Document: nullDoc, Revision: []byte("0000000000000001")}
-	}
-	return out, nil
-}
-
-func (nullSink) Write(_ context.Context, r *sinkv1.WriteRequest) (*sinkv1.WriteResponse, error) {
-	out := &sinkv1.WriteResponse{Results: make([]*sinkv1.WriteResult, len(r.Operations))}
-	for i := range out.Results {
-		out.Results[i] = &sinkv1.WriteResult{Index: uint32(i), Status: applied, Revision: []byte("0000000000000001")}
-	}
-	return out, nil
-}
-
-// startNull starts a nullSink on a loopback port and returns a client. It
-// keeps as many stream workers as Sink's server (sinkgrpc.StreamWorkers), a
-// transport setting that makes the floor faster too, so that the ratios
-// compare the work per request and not the server set-up.
+// startNull starts the null server (internal/testkit/nullsink) on a
+// loopback port and returns a client.
 func startNull(b testing.TB) sinkv1.SinkClient {
 	b.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.NumStreamWorkers(sinkgrpc.StreamWorkers()))
-	sinkv1.RegisterSinkServer(srv, nullSink{})
-	go func() { _ = srv.Serve(lis) }()
+	srv := nullsink.Serve(lis)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
@@ -288,7 +258,11 @@ func BenchmarkContentionDistinctPuts(b *testing.B) {
 // ratio as throughput (null p50 / Sink p50, 1 = the gRPC floor).
 func BenchmarkSingleOp(b *testing.B) {
 	s, _ := startDelayed(b, 0, nil)
-	null := startNull(b)
+	singleOps(b, s.Client, startNull(b))
+}
+
+// singleOps runs the single-operation cases against sink and null.
+func singleOps(b *testing.B, sink, null sinkv1.SinkClient) {
 	doc := `{"payload":"` + strings.Repeat("x", 1000) + `"}`
 	ctx := context.Background()
 	cases := []struct {
@@ -317,7 +291,7 @@ func BenchmarkSingleOp(b *testing.B) {
 			nullLat := make([]time.Duration, 0, b.N)
 			for i := 0; b.Loop(); i++ {
 				t := time.Now()
-				if err := c.call(s.Client, i); err != nil {
+				if err := c.call(sink, i); err != nil {
 					b.Fatal(err)
 				}
 				sinkLat = append(sinkLat, time.Since(t))

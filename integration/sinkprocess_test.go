@@ -27,9 +27,17 @@ type sinkProcess struct {
 // which win), learns its listeners' addresses from its log and waits until
 // /readyz answers 200. The process is killed in t.Cleanup, and its output
 // logged when the test failed.
-func startSinkProcess(t *testing.T, env ...string) *sinkProcess {
+func startSinkProcess(t testing.TB, env ...string) *sinkProcess {
 	t.Helper()
-	p := &sinkProcess{cmd: exec.Command(buildSink(t)), logs: &testkit.LockedBuffer{}, exited: make(chan error, 1)}
+	return startSinkProcessUnder(t, nil, env...)
+}
+
+// startSinkProcessUnder is startSinkProcess with the binary run by the
+// command prefix (such as taskset -c 1), if any.
+func startSinkProcessUnder(t testing.TB, prefix []string, env ...string) *sinkProcess {
+	t.Helper()
+	argv := append(append([]string(nil), prefix...), buildSink(t))
+	p := &sinkProcess{cmd: exec.Command(argv[0], argv[1:]...), logs: &testkit.LockedBuffer{}, exited: make(chan error, 1)}
 	p.cmd.Env = append(testkit.Environ("SINK_LOG_FORMAT", "json"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

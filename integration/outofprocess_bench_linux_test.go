@@ -1,0 +1,138 @@
+package integration_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+)
+
+// BenchmarkSingleOpOutOfProcess: the single-operation cases of
+// BenchmarkSingleOp measured from outside, as a load generator on another
+// machine would measure them: Sink (the sink binary, memory storage) and
+// the null server (integration/cmd/nullsink) run as processes of their
+// own, both on the last processor, and this process, the client, runs on
+// the first. So the client's work, the same for both servers, does not
+// take processor time from the server under test, and each server has a
+// processor to itself, as in the measurement the contention issue started
+// from. It needs Linux, taskset and two processors.
+func BenchmarkSingleOpOutOfProcess(b *testing.B) {
+	if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
+		b.Skip("needs taskset and two processors")
+	}
+	server := []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
+	p := startSinkProcessUnder(b, server)
+	sink := dialBench(b, p.grpcAddr)
+	null := dialBench(b, startNullProcess(b, server))
+	pinSelf(b, 0)
+	singleOps(b, sink, null)
+}
+
+// dialBench returns a client of the gRPC server at addr.
+func dialBench(b testing.TB, addr string) sinkv1.SinkClient {
+	b.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	return sinkv1.NewSinkClient(conn)
+}
+
+// pinSelf runs every thread of this process on processor cpu, with
+// GOMAXPROCS 1, until the benchmark ends.
+func pinSelf(b testing.TB, cpu int) {
+	b.Helper()
+	var was unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		b.Fatal(err)
+	}
+	mask := func(set unix.CPUSet) string {
+		var cpus []string
+		for c := 0; c < runtime.NumCPU(); c++ {
+			if set.IsSet(c) {
+				cpus = append(cpus, strconv.Itoa(c))
+			}
+		}
+		return strings.Join(cpus, ",")
+	}
+	set := func(cpus string) {
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
+			b.Fatalf("taskset: %v\n%s", err, out)
+		}
+	}
+	procs := runtime.GOMAXPROCS(1)
+	set(strconv.Itoa(cpu))
+	b.Cleanup(func() {
+		set(mask(was))
+		runtime.GOMAXPROCS(procs)
+	})
+}
+
+var nullBinary struct {
+	once      sync.Once
+	path, err string
+}
+
+// startNullProcess starts integration/cmd/nullsink under the command
+// prefix on a free loopback port and returns its address. It is killed
+// when the benchmark ends.
+func startNullProcess(b testing.TB, prefix []string) string {
+	b.Helper()
+	nullBinary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "nullsink-bin-")
+		if err != nil {
+			nullBinary.err = err.Error()
+			return
+		}
+		nullBinary.path = filepath.Join(dir, "nullsink")
+		cmd := exec.Command("go", "build", "-o", nullBinary.path, "./integration/cmd/nullsink")
+		cmd.Dir = repoRoot(b)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			nullBinary.err = fmt.Sprintf("go build ./integration/cmd/nullsink: %v\n%s", err, out)
+		}
+	})
+	if nullBinary.err != "" {
+		b.Fatal(nullBinary.err)
+	}
+	argv := append(append([]string(nil), prefix...), nullBinary.path)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		addr <- strings.TrimPrefix(strings.TrimSpace(line), "listening on ")
+	}()
+	select {
+	case a := <-addr:
+		if a == "" {
+			b.Fatal("nullsink printed no address")
+		}
+		return a
+	case <-time.After(30 * time.Second): // a failure guard
+		b.Fatal("nullsink did not start")
+		return ""
+	}
+}
