@@ -36,6 +36,22 @@ func IsMediaType(contentType, want string) bool {
 	if contentType == want {
 		return true
 	}
+	if plainMediaType(contentType) {
+		// Parsing would return it unchanged (or reject it): it is not want.
+		return false
+	}
 	mt, err := MediaType(contentType)
 	return err == nil && mt == want
+}
+
+// plainMediaType reports whether contentType has nothing that parsing
+// would change: no parameters, spaces or upper-case letters.
+func plainMediaType(contentType string) bool {
+	for i := 0; i < len(contentType); i++ {
+		switch c := contentType[i]; {
+		case c == ';', c == ' ', c == '\t', 'A' <= c && c <= 'Z', c >= 0x80:
+			return false
+		}
+	}
+	return true
 }

@@ -37,3 +37,18 @@ func TestMediaType(t *testing.T) {
 		t.Error("application/jsonx matched application/json")
 	}
 }
+
+// IsMediaType's shortcut for content types without parameters, spaces or
+// upper-case letters answers what parsing would.
+func TestIsMediaTypeAgreesWithMediaType(t *testing.T) {
+	inputs := []string{"application/json", "application/bson", "APPLICATION/JSON", "application/JSON", "application/json;", "application/json ",
+		" application/json", "application/json\t", "application/jsón", "text/plain", "application/json+x", "application/json/", "application//json", ""}
+	for _, in := range inputs {
+		for _, want := range []string{domain.ContentTypeJSON, domain.ContentTypeBSON} {
+			mt, err := domain.MediaType(in)
+			if got, parsed := domain.IsMediaType(in, want), err == nil && mt == want; got != parsed {
+				t.Errorf("IsMediaType(%q, %q) = %v, parsing says %v", in, want, got, parsed)
+			}
+		}
+	}
+}

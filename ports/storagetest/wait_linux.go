@@ -1,13 +1,13 @@
-//go:build linux
+//go:build linux && (amd64 || arm64)
 
 package storagetest
 
 import (
 	"context"
 	"os"
+	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
+	"unsafe"
 )
 
 // sleep waits d (> 0) or until ctx ends, whichever comes first, and returns
@@ -24,18 +24,19 @@ import (
 // processors are busy and check their timers before they poll. Where a
 // timerfd cannot be had, sleep falls back to the runtime timer alone.
 func sleep(ctx context.Context, d time.Duration) error {
-	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
-	if err != nil {
+	const clockMonotonic = 1
+	fd, _, errno := syscall.Syscall(syscall.SYS_TIMERFD_CREATE, clockMonotonic, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errno != 0 {
 		return timerSleep(ctx, d)
 	}
-	f := os.NewFile(uintptr(fd), "storagetest-delay")
+	f := os.NewFile(fd, "storagetest-delay")
 	defer f.Close()
 	due := time.Now().Add(d)
 	if err := f.SetReadDeadline(due); err != nil { // not watched by the poller
 		return timerSleep(ctx, d)
 	}
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
-	if err := unix.TimerfdSettime(fd, 0, &spec, nil); err != nil {
+	spec := [2]syscall.Timespec{1: syscall.NsecToTimespec(int64(d))} // struct itimerspec: no interval, the value
+	if _, _, errno := syscall.Syscall6(syscall.SYS_TIMERFD_SETTIME, fd, 0, uintptr(unsafe.Pointer(&spec)), 0, 0, 0); errno != 0 {
 		return timerSleep(ctx, d)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Now()) })
