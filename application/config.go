@@ -158,7 +158,7 @@ func DefaultConfig() Config {
 			Timeout:     2 * time.Second,
 		},
 		Apply:           RetryPolicy{MaxAttempts: 10, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second},
-		Batch:           BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 4},
+		Batch:           BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 2},
 		IdempotencyRing: domain.DefaultAppliedRing,
 	}
 }
