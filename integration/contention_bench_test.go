@@ -31,11 +31,11 @@ import (
 )
 
 // Contention benchmarks: every case runs against Sink and, in the same run,
-// against a null gRPC server (internal/testkit/nullsink) that decodes the same requests and
-// answers without doing any work, so that each Sink number comes with its
-// ratio to the gRPC floor ("vs-null"). The 1 ms cases wrap the memory
-// storage in storagetest.Delayed, which adds a simulated 1 ms round trip to
-// every storage call and counts the calls.
+// against a null gRPC server (internal/testkit/nullsink) that decodes the
+// same requests and answers without doing any work, so that each Sink
+// number comes with its ratio to the gRPC floor ("vs-null"). The 1 ms
+// cases wrap the memory storage in storagetest.Delayed, which adds a
+// simulated 1 ms round trip to every storage call and counts the calls.
 
 // startNull starts the null server (internal/testkit/nullsink) on a
 // loopback port and returns a client.

@@ -11,7 +11,8 @@ import (
 
 // Delayed is a ports.Storage decorator for benchmarks and tests: every Read
 // and Write call waits RTT before it reaches the wrapped storage, as a
-// networked database's round trip would, and it counts the calls, the
+// networked database's round trip would (on Linux the wait ends through the
+// network poller, like a database's answer; see sleep), and it counts the calls, the
 // operations they carried and the conditional writes that met a concurrent
 // change. A call whose context ends during the wait fails as a whole with
 // the context's error, without reaching the storage. It is safe for
