@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -352,32 +350,10 @@ func groupCaughtUp(adm *kadm.Client, group, topic string) (bool, string) {
 	return lag == 0, fmt.Sprintf("lag %d (committed per partition %s)", lag, strings.Join(per, ", "))
 }
 
-var asyncBuild struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
-
 // asyncBuildSinkCount builds integration/cmd/sinkcount once per test binary.
 func asyncBuildSinkCount(t *testing.T) string {
 	t.Helper()
-	asyncBuild.once.Do(func() {
-		asyncBuild.dir, asyncBuild.err = os.MkdirTemp("", "sinkcount-")
-		if asyncBuild.err != nil {
-			return
-		}
-		asyncBuild.bin = filepath.Join(asyncBuild.dir, "sinkcount")
-		cmd := exec.Command("go", "build", "-o", asyncBuild.bin, "./integration/cmd/sinkcount")
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			asyncBuild.err = fmt.Errorf("go build ./integration/cmd/sinkcount: %v\n%s", err, out)
-		}
-	})
-	if asyncBuild.err != nil {
-		t.Fatal(asyncBuild.err)
-	}
-	return asyncBuild.bin
+	return buildBinary(t, "./integration/cmd/sinkcount", "sinkcount")
 }
 
 // asyncProcess is a Sink child process.

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -19,33 +17,11 @@ import (
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
-var sinkBinary struct {
-	once sync.Once
-	path string
-	err  error
-}
-
 // buildSink builds cmd/sink once per test binary (the packages are already
 // compiled for the tests, so this mostly links).
 func buildSink(t testing.TB) string {
 	t.Helper()
-	sinkBinary.once.Do(func() {
-		dir, err := os.MkdirTemp("", "sink-bin-")
-		if err != nil {
-			sinkBinary.err = err
-			return
-		}
-		sinkBinary.path = filepath.Join(dir, "sink")
-		cmd := exec.Command("go", "build", "-o", sinkBinary.path, "./cmd/sink")
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			sinkBinary.err = fmt.Errorf("go build ./cmd/sink: %v\n%s", err, out)
-		}
-	})
-	if sinkBinary.err != nil {
-		t.Fatal(sinkBinary.err)
-	}
-	return sinkBinary.path
+	return buildBinary(t, "./cmd/sink", "sink")
 }
 
 // shellBlocks returns the ```sh blocks of a Markdown file that stand
@@ -166,12 +142,6 @@ func runDocBlocks(t *testing.T, blocks []string, replace string, env []string, p
 	return all.String()
 }
 
-var fakeGRPCurl struct {
-	once sync.Once
-	path string
-	err  error
-}
-
 // grpcurlForDocs returns the grpcurl the README's examples run with:
 // SINK_TEST_GRPCURL (a real grpcurl) when set, otherwise
 // integration/cmd/fakegrpcurl, built once (it links packages the tests
@@ -182,23 +152,7 @@ func grpcurlForDocs(t *testing.T) string {
 	if p := os.Getenv("SINK_TEST_GRPCURL"); p != "" {
 		return p
 	}
-	fakeGRPCurl.once.Do(func() {
-		dir, err := os.MkdirTemp("", "sink-grpcurl-")
-		if err != nil {
-			fakeGRPCurl.err = err
-			return
-		}
-		fakeGRPCurl.path = filepath.Join(dir, "grpcurl")
-		cmd := exec.Command("go", "build", "-o", fakeGRPCurl.path, "./integration/cmd/fakegrpcurl")
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fakeGRPCurl.err = fmt.Errorf("go build ./integration/cmd/fakegrpcurl: %v\n%s", err, out)
-		}
-	})
-	if fakeGRPCurl.err != nil {
-		t.Fatal(fakeGRPCurl.err)
-	}
-	return fakeGRPCurl.path
+	return buildBinary(t, "./integration/cmd/fakegrpcurl", "grpcurl")
 }
 
 // The README's grpcurl examples run as written (with bash, base64 and jq)

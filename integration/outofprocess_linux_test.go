@@ -2,14 +2,11 @@ package integration_test
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -85,33 +82,12 @@ func pinSelf(b testing.TB, cpu int) {
 	})
 }
 
-var nullBinary struct {
-	once      sync.Once
-	path, err string
-}
-
 // startNullProcess starts integration/cmd/nullsink under the command
 // prefix on a free loopback port and returns its address. It is killed
 // when the benchmark ends.
 func startNullProcess(b testing.TB, prefix []string) string {
 	b.Helper()
-	nullBinary.once.Do(func() {
-		dir, err := os.MkdirTemp("", "nullsink-bin-")
-		if err != nil {
-			nullBinary.err = err.Error()
-			return
-		}
-		nullBinary.path = filepath.Join(dir, "nullsink")
-		cmd := exec.Command("go", "build", "-o", nullBinary.path, "./integration/cmd/nullsink")
-		cmd.Dir = repoRoot(b)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			nullBinary.err = fmt.Sprintf("go build ./integration/cmd/nullsink: %v\n%s", err, out)
-		}
-	})
-	if nullBinary.err != "" {
-		b.Fatal(nullBinary.err)
-	}
-	argv := append(append([]string(nil), prefix...), nullBinary.path)
+	argv := append(append([]string(nil), prefix...), buildBinary(b, "./integration/cmd/nullsink", "nullsink"))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
