@@ -14,9 +14,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/fx"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sink-io/sink/adapters/mergepatch"
 	"github.com/sink-io/sink/bootstrap"
@@ -46,12 +44,8 @@ func startNull(b testing.TB) sinkv1.SinkClient {
 		b.Fatal(err)
 	}
 	srv := nullsink.Serve(lis)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close(); srv.Stop() })
-	return sinkv1.NewSinkClient(conn)
+	b.Cleanup(srv.Stop)
+	return dialSink(b, lis.Addr().String())
 }
 
 // startDelayed starts Sink on memory storage wrapped in a Delayed storage

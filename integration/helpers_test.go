@@ -7,10 +7,25 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
+
+// dialSink returns a plaintext client of the Sink service at addr, closed
+// when the test ends.
+func dialSink(t testing.TB, addr string) sinkv1.SinkClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return sinkv1.NewSinkClient(conn)
+}
 
 func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -12,10 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
 // BenchmarkSingleOpOutOfProcess: the single-operation cases of
@@ -35,21 +31,10 @@ func BenchmarkSingleOpOutOfProcess(b *testing.B) {
 	}
 	server := []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
 	p := startSinkProcessUnder(b, server, strings.Fields(os.Getenv("SINK_BENCH_ENV"))...)
-	sink := dialBench(b, p.grpcAddr)
-	null := dialBench(b, startNullProcess(b, server))
+	sink := dialSink(b, p.grpcAddr)
+	null := dialSink(b, startNullProcess(b, server))
 	pinSelf(b, 0)
 	singleOps(b, sink, null)
-}
-
-// dialBench returns a client of the gRPC server at addr.
-func dialBench(b testing.TB, addr string) sinkv1.SinkClient {
-	b.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close() })
-	return sinkv1.NewSinkClient(conn)
 }
 
 // pinSelf runs every thread of this process on processor cpu, with
@@ -118,7 +103,7 @@ func startNullProcess(b testing.TB, prefix []string) string {
 // The null server's command answers as the benchmarks expect: every write
 // applied with a revision, every read found with a document.
 func TestNullSinkProcessAnswers(t *testing.T) {
-	c := dialBench(t, startNullProcess(t, nil))
+	c := dialSink(t, startNullProcess(t, nil))
 	res := write(t, c, putOp(addr("ns", "ds", "k"), `{"a":1}`, 0, nil), mergeOp(addr("ns", "ds", "k"), "merge-patch", `{"b":2}`))
 	for i, r := range res {
 		if r.GetStatus() != applied || len(r.GetRevision()) == 0 || r.GetIndex() != uint32(i) {
