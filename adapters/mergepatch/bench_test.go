@@ -120,6 +120,26 @@ func BenchmarkMergeJSON(b *testing.B) {
 	}
 }
 
+// BenchmarkMergeJSONSmall is the common case: a document of 16 members (a
+// nested one among them) and an intent that changes one member, the shape
+// of the contention benchmarks' merges.
+func BenchmarkMergeJSONSmall(b *testing.B) {
+	target := jsonFlat(16, func(i int) string {
+		if i == 5 {
+			return `{"v":1,"w":[1,2]}`
+		}
+		return small(i)
+	})
+	patch := []byte(`{"k000003":7,"k000005":{"v":2}}`)
+	b.SetBytes(int64(len(target) + len(patch)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := MergeJSON(target, patch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkParseJSON is the baseline of BenchmarkMergeJSON: decoding the
 // document and the intent with encoding/json.
 func BenchmarkParseJSON(b *testing.B) {

@@ -57,9 +57,13 @@ type jmember struct {
 	obj *jobj  // the value, parsed, when it is an object
 }
 
-// compactJSON validates data and returns it compact (one pass of
+// compactJSON validates data and returns it compact: data itself when it
+// is compact already (isCompactJSON), else a compacted copy (one pass of
 // encoding/json's scanner).
 func compactJSON(r *run, what string, data []byte) ([]byte, error) {
+	if isCompactJSON(data) {
+		return data, nil
+	}
 	var b bytes.Buffer
 	b.Grow(len(data))
 	if err := json.Compact(&b, data); err != nil {
@@ -86,12 +90,47 @@ type jparser struct {
 	r    *run
 	what string
 	at   path
+	// stack holds the members of the objects being parsed, innermost
+	// last; a finished object's members move to arena, which is
+	// allocated in chunks, so that an object costs no allocation of its
+	// own beyond its jobj.
+	stack []jmember
+	arena []jmember
 }
 
-// parseJSON parses the compact, valid JSON value b and returns it as an
-// object (nil when it is not one).
-func parseJSON(r *run, what string, b []byte) (*jobj, error) {
-	p := &jparser{b: b, r: r, what: what}
+// maxFirstChunk bounds the first arena chunk, which is sized by counting
+// ':' (strings may hold any number of them).
+const maxFirstChunk = 1024
+
+// take moves the members of the object being finished (stack[mark:]) to
+// the arena and returns them.
+func (p *jparser) take(mark int) []jmember {
+	n := len(p.stack) - mark
+	if cap(p.arena)-len(p.arena) < n {
+		p.arena = make([]jmember, 0, max(n, 2*cap(p.arena), 8))
+	}
+	start := len(p.arena)
+	p.arena = append(p.arena, p.stack[mark:]...)
+	clear(p.stack[mark:]) // (the stack holds no references to finished objects)
+	p.stack = p.stack[:mark]
+	return p.arena[start:len(p.arena):len(p.arena)]
+}
+
+func newJParser(r *run) *jparser { return &jparser{r: r} }
+
+// parse parses the compact, valid JSON value b (what names it in errors)
+// and returns it as an object (nil when it is not one). The parser's
+// scratch space is kept for its next parse.
+func (p *jparser) parse(what string, b []byte) (*jobj, error) {
+	n := min(bytes.Count(b, []byte{':'}), maxFirstChunk) // about the members
+	if cap(p.stack) < min(n, 64) {
+		p.stack = make([]jmember, 0, min(n, 64))
+	}
+	if p.at.segs == nil {
+		p.at.segs = make([]segment, 0, 8)
+	}
+	p.b, p.what, p.arena = b, what, make([]jmember, 0, n)
+	p.stack, p.at.segs = p.stack[:0], p.at.segs[:0]
 	_, o, err := p.value(0, 0, true)
 	return o, err
 }
@@ -114,6 +153,7 @@ func (p *jparser) value(i, depth int, build bool) (int, *jobj, error) {
 		if b[i] == '}' {
 			return i + 1, o, nil
 		}
+		mark := len(p.stack)
 		for {
 			kend := skipString(b, i)
 			rawKey := b[i:kend]
@@ -125,13 +165,16 @@ func (p *jparser) value(i, depth int, build bool) (int, *jobj, error) {
 			}
 			p.at.pop()
 			if build {
-				o.members = append(o.members, jmember{key: decodeKeyBytes(rawKey), val: b[start:end], obj: sub})
+				p.stack = append(p.stack, jmember{key: decodeKeyBytes(rawKey), val: b[start:end], obj: sub})
 			}
 			if err := p.r.step(1); err != nil {
 				return 0, nil, err
 			}
 			i = end + 1
 			if b[end] == '}' {
+				if build {
+					o.members = p.take(mark)
+				}
 				return i, o, nil
 			}
 		}
@@ -187,7 +230,14 @@ func decodeKey(raw []byte) string { return string(decodeKeyBytes(raw)) }
 // decodeKeyBytes is decodeKey without a copy when the name has no escapes.
 func decodeKeyBytes(raw []byte) []byte {
 	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+	ascii := true // and no escapes (the common case, checked in one pass)
+	for _, c := range inner {
+		if c == '\\' || c >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii || bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return inner
 	}
 	var s string
@@ -221,30 +271,38 @@ func mergeJSON(r *run, target, patch []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	pobj, err := parseJSON(r, "intent", pc)
-	if err != nil {
-		return nil, err
-	}
+	p := newJParser(r)
 	var tobj *jobj
-	if target != nil {
-		if tobj, err = parseJSON(r, "current document", tc); err != nil {
+	if target != nil { // (first: the larger one sizes the scratch space)
+		if tobj, err = p.parse("current document", tc); err != nil {
 			return nil, err
 		}
 	}
+	pobj, err := p.parse("intent", pc)
+	if err != nil {
+		return nil, err
+	}
 	if pobj == nil {
-		return pc, nil // a patch that is not an object replaces the document
+		// A patch that is not an object replaces the document (a copy:
+		// pc may be the intent's own bytes).
+		return bytes.Clone(pc), nil
 	}
 	return mergeJSONObject(r, make([]byte, 0, len(tc)+len(pc)), tobj, pobj)
 }
 
-// jentry is one member of a merged object.
+// jentry is one member of a merged object: the document's member (nil
+// for a new one) and the intent's last member of that name (nil if none).
 type jentry struct {
-	key  []byte
-	val  []byte // the document's value, compact (nil: a new member)
-	t    *jobj  // the document's value when it is an object
-	repl []byte // the intent's value, for replace
-	p    *jobj  // the intent's object, for merge
+	t, p *jmember
 	act  uint8
+}
+
+// key returns the member's name.
+func (e *jentry) key() []byte {
+	if e.t != nil {
+		return e.t.key
+	}
+	return e.p.key
 }
 
 // mergeJSONObject appends the merge of patch into target (nil: no object)
@@ -255,11 +313,12 @@ func mergeJSONObject(r *run, dst []byte, target, patch *jobj) ([]byte, error) {
 	if target != nil {
 		entries = make([]jentry, 0, len(target.members)+len(patch.members))
 		idx = newIndex(len(target.members))
-		for _, m := range target.members {
+		for k := range target.members {
+			m := &target.members[k]
 			if i, seen := idx.add(m.key); seen {
-				entries[i].val, entries[i].t = m.val, m.obj
+				entries[i].t = m
 			} else {
-				entries = append(entries, jentry{key: m.key, val: m.val, t: m.obj})
+				entries = append(entries, jentry{t: m})
 			}
 			if err := r.step(1); err != nil {
 				return nil, err
@@ -269,19 +328,21 @@ func mergeJSONObject(r *run, dst []byte, target, patch *jobj) ([]byte, error) {
 		entries = make([]jentry, 0, len(patch.members))
 		idx = newIndex(len(patch.members))
 	}
-	for _, m := range patch.members {
+	for k := range patch.members {
+		m := &patch.members[k]
 		i, found := idx.add(m.key)
 		if !found {
-			entries = append(entries, jentry{key: m.key})
+			entries = append(entries, jentry{})
 		}
 		e := &entries[i]
+		e.p = m
 		switch {
 		case isJSONNull(m.val):
 			e.act = gone
 		case m.obj != nil:
-			e.act, e.p = merge, m.obj
+			e.act = merge
 		default:
-			e.act, e.repl = replace, m.val
+			e.act = replace
 		}
 		if err := r.step(1); err != nil {
 			return nil, err
@@ -299,15 +360,19 @@ func mergeJSONObject(r *run, dst []byte, target, patch *jobj) ([]byte, error) {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = appendKey(dst, e.key)
+		dst = appendKey(dst, e.key())
 		dst = append(dst, ':')
 		switch e.act {
 		case keep:
-			dst = append(dst, e.val...)
+			dst = append(dst, e.t.val...)
 		case replace:
-			dst = append(dst, e.repl...)
+			dst = append(dst, e.p.val...)
 		case merge:
-			if dst, err = mergeJSONObject(r, dst, e.t, e.p); err != nil {
+			var t *jobj
+			if e.t != nil {
+				t = e.t.obj
+			}
+			if dst, err = mergeJSONObject(r, dst, t, e.p.obj); err != nil {
 				return nil, err
 			}
 		}
