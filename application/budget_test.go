@@ -12,16 +12,23 @@ import (
 	"github.com/sink-io/sink/ports"
 )
 
-// spinProfile burns CPU until its context ends (or a safety cap passes,
-// so that a missing budget fails the test instead of hanging it), then
-// returns ctx's error, or with late a document, like a profile that
-// ignores its context.
-type spinProfile struct{ late bool }
+// spinProfile burns CPU, polling ctx.Err, until its context ends (with
+// wait, it waits on ctx.Done instead), or a safety cap passes, so that a
+// missing budget fails the test instead of hanging it; then it returns
+// ctx's error, or with late a document, like a profile that ignores its
+// context.
+type spinProfile struct{ late, wait bool }
 
 func (spinProfile) Name() string           { return "spin" }
 func (spinProfile) ContentTypes() []string { return []string{domain.ContentTypeJSON} }
 func (p spinProfile) Merge(ctx context.Context, _ ports.MergeInput) (domain.Document, error) {
 	limit := time.Now().Add(5 * time.Second)
+	if p.wait {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(limit)):
+		}
+	}
 	x := 0
 	for ctx.Err() == nil && time.Now().Before(limit) {
 		for i := 0; i < 10000; i++ {
@@ -53,8 +60,8 @@ func spinMerge() domain.Mutation {
 
 func TestMergeRunsWithinItsBudget(t *testing.T) {
 	const budget = 100 * time.Millisecond
-	for _, late := range []bool{false, true} {
-		s := spinService(t, budget, spinProfile{late: late})
+	for _, p := range []spinProfile{{}, {late: true}, {wait: true}, {wait: true, late: true}} {
+		s := spinService(t, budget, p)
 		start := time.Now()
 		res, err := s.Write(context.Background(), []domain.Mutation{spinMerge()}, application.WaitUntilApplied)
 		elapsed := time.Since(start)
@@ -62,7 +69,7 @@ func TestMergeRunsWithinItsBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		if elapsed > budget+time.Second {
-			t.Fatalf("late=%v: the merge took %v with a budget of %v", late, elapsed, budget)
+			t.Fatalf("%+v: the merge took %v with a budget of %v", p, elapsed, budget)
 		}
 		expectPrefixed(t, "over budget", res[0].Err, domain.CodeResourceExhausted,
 			`operations[0] (merge): intent: merge profile "spin" did not finish within the merge time budget of 100ms`)
@@ -71,7 +78,7 @@ func TestMergeRunsWithinItsBudget(t *testing.T) {
 		}
 		// Nothing was written.
 		if r, _ := s.Read(context.Background(), []domain.Address{addr("k")}); r[0].Status != application.StatusNotFound {
-			t.Fatalf("late=%v: an over-budget merge was written: %+v", late, r[0])
+			t.Fatalf("%+v: an over-budget merge was written: %+v", p, r[0])
 		}
 	}
 
@@ -86,36 +93,38 @@ func TestMergeRunsWithinItsBudget(t *testing.T) {
 }
 
 func TestMergeStopsWithTheClient(t *testing.T) {
-	s := spinService(t, 10*time.Second, spinProfile{})
-	const deadline = 100 * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	start := time.Now()
-	res, err := s.Write(ctx, []domain.Mutation{spinMerge()}, application.WaitUntilApplied)
-	if elapsed := time.Since(start); elapsed > deadline+time.Second {
-		t.Fatalf("the merge took %v after a client deadline of %v", elapsed, deadline)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The client's deadline, not the budget: DEADLINE_EXCEEDED.
-	expectPrefixed(t, "client deadline", res[0].Err, domain.CodeOutcomeUnknown, `operations[0] (merge): intent: merge profile "spin" was stopped`)
-
-	ctx, cancel = context.WithCancel(context.Background())
-	s2 := spinService(t, 10*time.Second, spinProfile{})
-	done := make(chan []application.WriteResult)
-	go func() {
-		res, _ := s2.Write(ctx, []domain.Mutation{spinMerge()}, application.WaitUntilApplied)
-		done <- res
-	}()
-	cancel()
-	select {
-	case res := <-done:
-		if domain.CodeOf(res[0].Err) != domain.CodeCanceled {
-			t.Fatalf("canceled merge: %v", res[0].Err)
+	for _, p := range []spinProfile{{}, {wait: true}} {
+		s := spinService(t, 10*time.Second, p)
+		const deadline = 100 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		start := time.Now()
+		res, err := s.Write(ctx, []domain.Mutation{spinMerge()}, application.WaitUntilApplied)
+		cancel()
+		if elapsed := time.Since(start); elapsed > deadline+time.Second {
+			t.Fatalf("%+v: the merge took %v after a client deadline of %v", p, elapsed, deadline)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("a canceled merge kept running")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The client's deadline, not the budget: DEADLINE_EXCEEDED.
+		expectPrefixed(t, "client deadline", res[0].Err, domain.CodeOutcomeUnknown, `operations[0] (merge): intent: merge profile "spin" was stopped`)
+
+		ctx, cancel = context.WithCancel(context.Background())
+		s2 := spinService(t, 10*time.Second, p)
+		done := make(chan []application.WriteResult)
+		go func() {
+			res, _ := s2.Write(ctx, []domain.Mutation{spinMerge()}, application.WaitUntilApplied)
+			done <- res
+		}()
+		cancel()
+		select {
+		case res := <-done:
+			if domain.CodeOf(res[0].Err) != domain.CodeCanceled {
+				t.Fatalf("%+v: canceled merge: %v", p, res[0].Err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%+v: a canceled merge kept running", p)
+		}
 	}
 }
 

@@ -60,6 +60,13 @@ type combiner[T any] struct {
 	// of the shard; they are dropped when the combiner goes idle.
 	hints hintTable
 
+	// queued, when set, is called with a caller's item, under mu, right
+	// after the caller queued behind a batch in flight; the function it
+	// returns (if any) runs once mu is released, before the caller waits.
+	// So the queued hooks begin in queue order (write combiners: the
+	// service's prefold).
+	queued func(T) func()
+
 	// onQueued, when set (tests), is called after a caller queued.
 	onQueued func()
 }
@@ -94,7 +101,14 @@ func (c *combiner[T]) do(ctx context.Context, item T) error {
 	}
 	w.wake = make(chan struct{})
 	c.queue = append(c.queue, w)
+	var then func()
+	if c.queued != nil {
+		then = c.queued(item)
+	}
 	c.mu.Unlock()
+	if then != nil {
+		then()
+	}
 	if c.onQueued != nil {
 		c.onQueued()
 	}
@@ -204,6 +218,9 @@ type recordState struct {
 	// mark is the record's applied mark after that put, as far as the
 	// service knows it (see knownMark).
 	mark knownMark
+	// gen names the put among the shard's writes (hintTable.pend); 0 for
+	// none.
+	gen uint64
 }
 
 // hintTable keeps, for the records of one write shard, the state the
@@ -228,6 +245,15 @@ type recordState struct {
 type hintTable struct {
 	mu        sync.Mutex
 	cur, prev map[domain.RecordID]recordState
+	// pending are the states the shard's batch at storage is writing
+	// (revision not yet known), by record; gen numbers them.
+	pending map[domain.RecordID]recordState
+	gen     uint64
+
+	// pre are the prefolds of the shard's queued merges (see prefold),
+	// by record; preMu orders them (taken before mu).
+	preMu sync.Mutex
+	pre   map[domain.RecordID]*prefold
 }
 
 // hintsMax bounds the hints a batch keeps (a larger batch keeps no more;
@@ -259,6 +285,35 @@ func (h *hintTable) get(id domain.RecordID) (recordState, bool) {
 	return st, ok
 }
 
+// pend records that a write of doc to the record is going to storage and
+// returns the generation that names it (pass it to set).
+func (h *hintTable) pend(id domain.RecordID, doc domain.Document) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gen++
+	if h.pending == nil {
+		h.pending = make(map[domain.RecordID]recordState)
+	}
+	h.pending[id] = recordState{doc: doc, gen: h.gen}
+	return h.gen
+}
+
+// base returns the state a merge queued now would start from if nothing
+// else came before it: the state the batch at storage is writing, else
+// the record's hint.
+func (h *hintTable) base(id domain.RecordID) (recordState, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st, ok := h.pending[id]; ok {
+		return st, true
+	}
+	if st, ok := h.cur[id]; ok {
+		return st, true
+	}
+	st, ok := h.prev[id]
+	return st, ok
+}
+
 // set records that the service wrote st.doc to the record, getting
 // st.rev, leaving the mark st.mark.
 func (h *hintTable) set(id domain.RecordID, st recordState) {
@@ -267,6 +322,7 @@ func (h *hintTable) set(id domain.RecordID, st recordState) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	delete(h.pending, id)
 	if h.cur == nil {
 		h.cur = make(map[domain.RecordID]recordState)
 	}
@@ -285,13 +341,17 @@ func (h *hintTable) drop(id domain.RecordID) {
 	h.mu.Lock()
 	delete(h.cur, id)
 	delete(h.prev, id)
+	delete(h.pending, id)
 	h.mu.Unlock()
 }
 
-// reset forgets every hint.
+// reset forgets every hint and prefold.
 func (h *hintTable) reset() {
+	h.preMu.Lock()
+	h.pre = nil
+	h.preMu.Unlock()
 	h.mu.Lock()
-	h.cur, h.prev = nil, nil
+	h.cur, h.prev, h.pending = nil, nil, nil
 	h.mu.Unlock()
 }
 

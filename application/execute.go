@@ -337,6 +337,15 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 		}
 		var again []unit
 		if len(ops) > 0 {
+			var gens []uint64 // per op: the generation of the state a put writes, for the hint it leaves
+			if h != nil {
+				gens = make([]uint64, len(ops))
+				for k := range ops {
+					if ops[k].Kind == ports.WritePut {
+						gens[k] = h.pend(ops[k].Address.ID(), ops[k].Document)
+					}
+				}
+			}
 			start := time.Now()
 			got := s.storage.Write(ctx, ops)
 			s.obs.StorageCall(ports.StorageWrite, len(ops), time.Since(start))
@@ -351,7 +360,7 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 						if !r.Existed && (written == nil || written[k] == nil) { // a put that created the record: its mark was empty
 							b = knownMark{known: true}
 						}
-						h.set(rid, recordState{doc: ops[k].Document, rev: r.Revision, mark: b.after(ops[k].Mark, r.Revision)})
+						h.set(rid, recordState{doc: ops[k].Document, rev: r.Revision, mark: b.after(ops[k].Mark, r.Revision), gen: gens[k]})
 					default:
 						h.drop(rid)
 					}
@@ -496,6 +505,7 @@ func (b knownMark) after(u *ports.MarkUpdate, rev domain.Revision) knownMark {
 func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) ([]ports.WriteOp, []unit, []*foldWrite) {
 	current := make([]ports.ReadResult, len(folds))
 	known := make([]bool, len(folds)) // whether current[k]'s mark is the whole mark
+	var pre [][]foldStep              // per fold: the outcomes of its first merges, run ahead (see prefold)
 	var addrs []domain.Address
 	var unread []int // folds to read: indexes into folds
 	for k, u := range folds {
@@ -503,8 +513,15 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		if st, ok := h.get(a.ID()); ok {
 			current[k] = ports.ReadResult{Found: true, Record: domain.Record{Document: st.doc, Revision: st.rev, Mark: st.mark.mark}}
 			known[k] = st.mark.known
+			if steps := h.takePrefold(a.ID(), st.gen, u); steps != nil {
+				if pre == nil {
+					pre = make([][]foldStep, len(folds))
+				}
+				pre[k] = steps
+			}
 			continue
 		}
+		h.takePrefold(a.ID(), 0, nil) // (dropped: the fold reads the record)
 		known[k] = true
 		addrs = append(addrs, a)
 		unread = append(unread, k)
@@ -546,7 +563,20 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		ids := idBuf[len(idBuf):] // mark IDs of the applied merges
 		var pos domain.SourcePosition
 		var stopped map[*job]string // blockOnFailure jobs with a retryable failure in this fold
-		for _, it := range u {
+		var steps []foldStep
+		if pre != nil {
+			steps = pre[k]
+		}
+		for n, it := range u {
+			if n < len(steps) { // run ahead (prefoldable: no mark, blocks nothing)
+				if st := &steps[n]; st.err != nil {
+					it.fail(st.err)
+				} else {
+					cur = &st.doc
+					f.applied = append(f.applied, it)
+				}
+				continue
+			}
 			if by, ok := stopped[it.j]; ok {
 				it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeUnavailable,
 					"not attempted: mutation %s before it on the same record failed and must be retried first", by))
@@ -635,8 +665,8 @@ func (s *Service) mergeOne(it item, cur *domain.Document) (domain.Document, *dom
 // as it is. When ctx ended first (the client canceled, or its deadline
 // passed), the error has ctx's code.
 func (s *Service) runProfile(ctx context.Context, ref opRef, p ports.MergeProfile, in ports.MergeInput) (domain.Document, *domain.Error) {
-	mctx, cancel := context.WithTimeout(ctx, s.cfg.Merge.Timeout)
-	defer cancel()
+	mctx := newBudget(ctx, s.cfg.Merge.Timeout)
+	defer mctx.release()
 	doc, err := p.Merge(mctx, in)
 	if mctx.Err() != nil {
 		if ctx.Err() != nil {

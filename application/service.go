@@ -108,7 +108,11 @@ func NewService(cfg Config, storage ports.Storage, profiles []ports.MergeProfile
 		s.writes = make([]*combiner[*job], cfg.Batch.Shards)
 		s.reads = make([]*combiner[*readJob], cfg.Batch.Shards)
 		for k := range s.writes {
-			s.writes[k] = &combiner[*job]{max: cfg.Batch.MaxOps, size: func(j *job) int { return len(j.valid) }, run: s.runWrites}
+			w := &combiner[*job]{max: cfg.Batch.MaxOps, size: func(j *job) int { return len(j.valid) }, run: s.runWrites}
+			if s.keepsHints() {
+				w.queued = func(j *job) func() { return s.prefold(&w.hints, j) }
+			}
+			s.writes[k] = w
 			s.reads[k] = &combiner[*readJob]{max: cfg.Batch.MaxOps, size: func(j *readJob) int { return len(j.addrs) }, run: s.runReads}
 		}
 	}

@@ -1,0 +1,261 @@
+package application
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// loggedList is listProfile that logs the item of every merge it runs.
+type loggedList struct {
+	listProfile
+	mu  sync.Mutex
+	log []string
+}
+
+func (p *loggedList) Merge(ctx context.Context, in ports.MergeInput) (domain.Document, error) {
+	var intent listDoc
+	_ = json.Unmarshal(in.Intent.Data, &intent)
+	p.mu.Lock()
+	p.log = append(p.log, intent.A)
+	p.mu.Unlock()
+	return p.listProfile.Merge(ctx, in)
+}
+
+// ran returns the items merged so far, joined.
+func (p *loggedList) ran() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.log, ",")
+}
+
+// newPrefolded is newHinted (one shard over a stepped storage) with the
+// logged list profile.
+func newPrefolded(t *testing.T) (*hinted, *loggedList) {
+	t.Helper()
+	h := newHinted(t, nil)
+	p := &loggedList{}
+	s, err := NewService(h.s.cfg, h.s.storage, []ports.MergeProfile{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.writes[0].onQueued = h.s.writes[0].onQueued
+	h.s = s
+	return h, p
+}
+
+func (h *hinted) expectApplied(rs ...*WriteResult) {
+	h.t.Helper()
+	for i, r := range rs {
+		if r.Status != StatusApplied {
+			h.t.Fatalf("write %d: %+v", i, r)
+		}
+	}
+}
+
+// A single merge that queues behind a batch at storage runs its profile at
+// once, on the state that batch is writing (or on the merges queued before
+// it), while its caller waits; the next batch's fold then writes those
+// results without running the profiles again and without a read.
+func TestQueuedMergesRunWhileTheBatchBeforeIsAtStorage(t *testing.T) {
+	h, p := newPrefolded(t)
+	put := h.write(listPut("k", "p"), true)
+	a := h.write(listMerge("k", "a"), false)
+	if got := p.ran(); got != "a" {
+		t.Fatalf("merges run while the put is at storage: %q, want a", got)
+	}
+	h.next() // the put is written; the fold of a is at storage
+	b := h.write(listMerge("k", "b"), false)
+	c := h.write(listMerge("k", "c"), false)
+	if got := p.ran(); got != "a,b,c" {
+		t.Fatalf("merges run while a is at storage: %q, want a,b,c", got)
+	}
+	h.next() // the fold of b and c is at storage
+	h.last()
+	h.expectApplied(put, a, b, c)
+	if got := p.ran(); got != "a,b,c" {
+		t.Fatalf("merges run: %q, want each once (a,b,c)", got)
+	}
+	if got := h.list("k"); got != "p,a,b,c" {
+		t.Fatalf("record holds %q, want p,a,b,c", got)
+	}
+	if st := h.count.Stats(); st.Reads != 0 || st.Writes != 3 || st.Conflicts != 0 {
+		t.Fatalf("storage calls %+v, want 3 writes and no read", st)
+	}
+	if b.Revision != c.Revision || b.Revision == a.Revision {
+		t.Fatalf("revisions a %q b %q c %q: b and c are one write, after a's", a.Revision, b.Revision, c.Revision)
+	}
+}
+
+// When the write a prefold started from fails (here: another writer
+// changed the record, so the conditional write conflicts and is retried
+// from a fresh read), the prefold is not used: the merge runs again on the
+// record as it is.
+func TestPrefoldOfAFailedWriteIsNotUsed(t *testing.T) {
+	h, p := newPrefolded(t)
+	h.write(listPut("k", "p"), true)
+	a := h.write(listMerge("k", "a"), false)
+	h.next() // the fold of a is at storage, conditional on the put's revision
+	b := h.write(listMerge("k", "b"), false)
+	z := listPut("k", "z").Document
+	if r := h.mem.Write(context.Background(), []ports.WriteOp{{Kind: ports.WritePut, Address: stored("k"), Document: z}}); r[0].Err != nil {
+		t.Fatal(r[0].Err)
+	}
+	h.next() // a conflicts, re-reads z and is at storage again
+	h.next() // a is written; the fold of b is at storage
+	h.last()
+	h.expectApplied(a, b)
+	if got := h.list("k"); got != "z,a,b" {
+		t.Fatalf("record holds %q, want z,a,b", got)
+	}
+	if got := p.ran(); got != "a,b,a,b" {
+		t.Fatalf("merges run: %q, want a,b (ahead), then a,b again after the conflict", got)
+	}
+}
+
+// A prefold is a guess about the order of the next batch: a put of the
+// record between two merges, or a caller that leaves the queue, makes the
+// fold use only the prefolded merges that still come first, and run the
+// rest itself.
+func TestPrefoldFollowsTheBatchOrder(t *testing.T) {
+	t.Run("a put between", func(t *testing.T) {
+		h, p := newPrefolded(t)
+		put := h.write(listPut("k", "p"), true)
+		a := h.write(listMerge("k", "a"), false)
+		q := h.write(listPut("k", "q"), false)
+		b := h.write(listMerge("k", "b"), false)
+		if got := p.ran(); got != "a,b" {
+			t.Fatalf("merges run ahead: %q, want a,b", got)
+		}
+		h.next() // the put is written; the next batch's first wave (the fold of a) is at storage
+		h.next() // the put of q
+		h.next() // the fold of b
+		h.last()
+		h.expectApplied(put, a, q, b)
+		if got := h.list("k"); got != "q,b" {
+			t.Fatalf("record holds %q, want q,b", got)
+		}
+		if got := p.ran(); got != "a,b,b" {
+			t.Fatalf("merges run: %q, want a,b ahead, then b again on q", got)
+		}
+	})
+	t.Run("a caller leaves", func(t *testing.T) {
+		h, p := newPrefolded(t)
+		put := h.write(listPut("k", "p"), true)
+		ctx, cancel := context.WithCancel(context.Background())
+		left := make(chan error, 1)
+		go func() {
+			res, err := h.s.Write(ctx, []domain.Mutation{listMerge("k", "x")}, WaitUntilApplied)
+			if err == nil {
+				err = res[0].Err
+			}
+			left <- err
+		}()
+		<-h.queued
+		c := h.write(listMerge("k", "c"), false)
+		cancel()
+		if err := <-left; domain.CodeOf(err) != domain.CodeCanceled {
+			t.Fatalf("the caller that left: %v", err)
+		}
+		h.next() // the put is written; the fold of c is at storage
+		h.last()
+		h.expectApplied(put, c)
+		if got := h.list("k"); got != "p,c" {
+			t.Fatalf("record holds %q, want p,c", got)
+		}
+		if got := p.ran(); got != "x,c,c" {
+			t.Fatalf("merges run: %q, want x,c ahead, then c again", got)
+		}
+	})
+}
+
+// A merge that fails ahead fails only itself, as in a fold: the next one
+// applies to the last good document.
+func TestPrefoldedFailureFailsOnlyItself(t *testing.T) {
+	h, p := newPrefolded(t)
+	put := h.write(listPut("k", "p"), true)
+	bad := h.write(listMerge("k", ""), false)
+	c := h.write(listMerge("k", "c"), false)
+	h.next()
+	h.last()
+	h.expectApplied(put, c)
+	if bad.Status == StatusApplied || domain.CodeOf(bad.Err) != domain.CodeInvalidArgument {
+		t.Fatalf("the failing merge: %+v", bad)
+	}
+	if got := h.list("k"); got != "p,c" {
+		t.Fatalf("record holds %q, want p,c", got)
+	}
+	if got := p.ran(); got != ",c" {
+		t.Fatalf("merges run: %q, want each once", got)
+	}
+	if hs := &h.s.writes[0].hints; len(hs.pre) != 0 || len(hs.pending) != 0 {
+		t.Fatalf("%d prefolds and %d pending states kept after the combiner went idle", len(hs.pre), len(hs.pending))
+	}
+}
+
+// gatedList is loggedList whose merge of item gate signals reached and
+// then waits for release.
+type gatedList struct {
+	loggedList
+	gate             string
+	reached, release chan struct{}
+}
+
+func (p *gatedList) Merge(ctx context.Context, in ports.MergeInput) (domain.Document, error) {
+	var intent listDoc
+	_ = json.Unmarshal(in.Intent.Data, &intent)
+	if intent.A == p.gate {
+		p.reached <- struct{}{}
+		<-p.release
+	}
+	return p.loggedList.Merge(ctx, in)
+}
+
+// A merge that queues while the batch before it is still folding (it has
+// not sent its write yet) starts its prefold from the record's older
+// state; the next batch starts from the state that batch wrote, so the
+// prefold is not used, and no update is lost.
+func TestPrefoldFromAnOlderStateIsNotUsed(t *testing.T) {
+	h := newHinted(t, nil)
+	p := &gatedList{gate: "a2", reached: make(chan struct{}), release: make(chan struct{})}
+	s, err := NewService(h.s.cfg, h.s.storage, []ports.MergeProfile{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.writes[0].onQueued = h.s.writes[0].onQueued
+	h.s = s
+	put := h.write(listPut("k", "p"), true)
+	var two []WriteResult
+	h.wg.Add(1)
+	go func() { // a job of two merges: not prefolded, its batch folds them
+		defer h.wg.Done()
+		res, err := h.s.Write(context.Background(), []domain.Mutation{listMerge("k", "a1"), listMerge("k", "a2")}, WaitUntilApplied)
+		if err != nil {
+			t.Error(err)
+		}
+		two = res
+	}()
+	<-h.queued
+	h.st.proceed <- struct{}{} // the put is written; the next batch folds a1, then waits in a2
+	<-p.reached
+	b := h.write(listMerge("k", "b"), false) // prefolded on the put's state
+	if got := p.ran(); got != "a1,b" {
+		t.Fatalf("merges run: %q, want a1 (the batch) and b (ahead, on p)", got)
+	}
+	close(p.release)
+	<-h.st.entered // the fold of a1 and a2
+	h.next()       // the fold of b
+	h.last()
+	h.expectApplied(put, &two[0], &two[1], b)
+	if got := h.list("k"); got != "p,a1,a2,b" {
+		t.Fatalf("record holds %q, want p,a1,a2,b", got)
+	}
+	if got := p.ran(); got != "a1,b,a2,b" {
+		t.Fatalf("merges run: %q, want b again on the batch's result", got)
+	}
+}
