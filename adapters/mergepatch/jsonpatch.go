@@ -36,6 +36,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -116,7 +117,31 @@ func (p *jparser) take(mark int) []jmember {
 	return p.arena[start:len(p.arena):len(p.arena)]
 }
 
-func newJParser(r *run) *jparser { return &jparser{r: r} }
+// parsers keeps parsers' scratch space (stack, arena, path) between
+// merges: nothing of a merge's parse is referenced once it returned.
+var parsers = sync.Pool{New: func() any { return new(jparser) }}
+
+// maxPooledMembers bounds the scratch space a pooled parser keeps.
+const maxPooledMembers = 4096
+
+func newJParser(r *run) *jparser {
+	p := parsers.Get().(*jparser)
+	p.r = r
+	return p
+}
+
+// release returns p to the pool, holding no references to the merge's
+// inputs.
+func (p *jparser) release() {
+	if cap(p.arena) > maxPooledMembers || cap(p.stack) > maxPooledMembers {
+		return
+	}
+	clear(p.arena)
+	clear(p.stack[:cap(p.stack)]) // (a failed parse leaves members there)
+	clear(p.at.segs[:cap(p.at.segs)])
+	*p = jparser{stack: p.stack[:0], arena: p.arena[:0], at: path{segs: p.at.segs[:0]}}
+	parsers.Put(p)
+}
 
 // parse parses the compact, valid JSON value b (what names it in errors)
 // and returns it as an object (nil when it is not one). The parser's
@@ -129,7 +154,10 @@ func (p *jparser) parse(what string, b []byte) (*jobj, error) {
 	if p.at.segs == nil {
 		p.at.segs = make([]segment, 0, 8)
 	}
-	p.b, p.what, p.arena = b, what, make([]jmember, 0, n)
+	if cap(p.arena)-len(p.arena) < n {
+		p.arena = make([]jmember, 0, n) // (the objects of a parse keep their chunks)
+	}
+	p.b, p.what = b, what
 	p.stack, p.at.segs = p.stack[:0], p.at.segs[:0]
 	_, o, err := p.value(0, 0, true)
 	return o, err
@@ -272,6 +300,7 @@ func mergeJSON(r *run, target, patch []byte) ([]byte, error) {
 		}
 	}
 	p := newJParser(r)
+	defer p.release()
 	var tobj *jobj
 	if target != nil { // (first: the larger one sizes the scratch space)
 		if tobj, err = p.parse("current document", tc); err != nil {

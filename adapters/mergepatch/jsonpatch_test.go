@@ -1,8 +1,10 @@
 package mergepatch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -89,10 +91,51 @@ func FuzzMergeJSON(f *testing.F) {
 		if !json.Valid(out) || jsonDepth(out) > fuzzDepth {
 			t.Fatalf("result %s is not valid JSON or deeper than %d", out, fuzzDepth)
 		}
+		// The result means what RFC 7396's pseudocode gives on decoded
+		// values (member order and repeated names aside).
+		var tv any
+		if target != nil {
+			tv = decodeNumbers(t, target)
+		}
+		if want, got := rfc7396(tv, decodeNumbers(t, patch)), decodeNumbers(t, out); !reflect.DeepEqual(got, want) {
+			t.Fatalf("merge of %s into %s gave %s, RFC 7396 gives %v", patch, target, out, want)
+		}
 		// Merge patches are idempotent: applying the patch again changes nothing.
 		again, err := mergeJSON(newRun(context.Background(), fuzzDepth), out, patch)
 		if err != nil || string(again) != string(out) {
 			t.Fatalf("not idempotent: %s then %s (%v)", out, again, err)
 		}
 	})
+}
+
+// decodeNumbers decodes the JSON value b, numbers as json.Number.
+func decodeNumbers(t *testing.T, b []byte) any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	return v
+}
+
+// rfc7396 is RFC 7396's MergePatch pseudocode on decoded values.
+func rfc7396(target, patch any) any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	t, ok := target.(map[string]any)
+	if !ok {
+		t = map[string]any{}
+	}
+	for k, v := range p {
+		if v == nil {
+			delete(t, k)
+		} else {
+			t[k] = rfc7396(t[k], v)
+		}
+	}
+	return t
 }
