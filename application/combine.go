@@ -50,7 +50,7 @@ func shardOf(n, ops int, id func(k int) domain.RecordID) int {
 type combiner[T any] struct {
 	max  int
 	size func(T) int
-	run  func(batch []*waiter[T])
+	run  func(ctx context.Context, batch []*waiter[T]) // ctx: see lead
 
 	mu    sync.Mutex
 	busy  bool
@@ -77,6 +77,9 @@ type waiter[T any] struct {
 	ctx   context.Context
 	state waiterState
 	wake  chan struct{}
+	// batch is the context of the batch that carries the waiter (set
+	// with waiterTaken when the batch has several callers).
+	batch *batchCtx
 }
 
 type waiterState uint8
@@ -126,7 +129,11 @@ func (c *combiner[T]) do(ctx context.Context, item T) error {
 			c.mu.Unlock()
 			return ctx.Err()
 		}
+		b := w.batch
 		c.mu.Unlock()
+		if b != nil {
+			b.leave()
+		}
 		<-w.wake
 	}
 	if w.state == waiterLead {
@@ -178,35 +185,48 @@ func (c *combiner[T]) lead(w *waiter[T]) {
 		batch = append(batch, q)
 	}
 	c.queue = c.queue[k:]
+	if len(batch) == 1 {
+		c.mu.Unlock()
+		c.run(w.ctx, batch)
+		return
+	}
+	bc := newBatchCtx(w.ctx, len(batch))
+	for _, q := range batch[1:] {
+		q.batch = bc
+	}
 	c.mu.Unlock()
-	c.run(batch)
+	stop := context.AfterFunc(w.ctx, bc.leave)
+	defer func() {
+		stop()
+		bc.cancel()
+	}()
+	c.run(bc, batch)
 }
 
-// batchContext returns the context for the storage calls of a batch. With
-// one caller it is that caller's context; with several, it keeps the values
-// of the first and ends when every caller's context ended, so that the
-// batch is not cut short for the callers still waiting for it. stop
-// releases it.
-func batchContext[T any](batch []*waiter[T]) (ctx context.Context, stop func()) {
-	if len(batch) == 1 {
-		return batch[0].ctx, func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
-	var left atomic.Int64
-	left.Store(int64(len(batch)))
-	stops := make([]func() bool, len(batch))
-	for i, w := range batch {
-		stops[i] = context.AfterFunc(w.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, s := range stops {
-			s()
-		}
-		cancel()
+// batchCtx is the context of the storage calls of a batch of several
+// callers: it keeps the values of the first (the leader) and ends when
+// every caller's context ended, so that the batch is not cut short for the
+// callers still waiting for it. The carried callers watch their own
+// contexts while they wait (see do) and leave; only the leader's needs a
+// watcher (context.AfterFunc), so a batch costs one registration with a
+// caller's context, not one per caller.
+type batchCtx struct {
+	context.Context
+	cancel context.CancelFunc
+	left   atomic.Int64 // callers whose contexts have not ended
+}
+
+func newBatchCtx(leader context.Context, callers int) *batchCtx {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(leader))
+	b := &batchCtx{Context: ctx, cancel: cancel}
+	b.left.Store(int64(callers))
+	return b
+}
+
+// leave records that one caller's context ended.
+func (b *batchCtx) leave() {
+	if b.left.Add(-1) == 0 {
+		b.cancel()
 	}
 }
 

@@ -3,9 +3,12 @@ package application
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/domain"
@@ -484,4 +487,79 @@ func TestBatchPolicyIsValidated(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("batching off needs no batch settings: %v", err)
 	}
+}
+
+// ctxStorage hands the context of each Write to the test and waits for a
+// token on proceed.
+type ctxStorage struct {
+	ports.Storage
+	entered chan context.Context
+	proceed chan struct{}
+}
+
+func (s *ctxStorage) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
+	s.entered <- ctx
+	<-s.proceed
+	return s.Storage.Write(ctx, ops)
+}
+
+// The storage calls of a batch of several callers end only when every
+// caller's context ended (the leader's included), not when the first did.
+func TestBatchContextEndsWithItsLastCaller(t *testing.T) {
+	st := &ctxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
+	s, err := NewService(cfg, st, []ports.MergeProfile{listProfile{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan struct{})
+	s.writes[0].onQueued = func() { queued <- struct{}{} }
+	var wg sync.WaitGroup
+	write := func(ctx context.Context, k string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Write(ctx, []domain.Mutation{listPut(k, k)}, WaitUntilApplied); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	write(context.Background(), "first")
+	first := <-st.entered
+	ctxs := make([]context.Context, 3)
+	cancels := make([]context.CancelFunc, 3)
+	for i := range ctxs {
+		ctxs[i], cancels[i] = context.WithCancel(context.Background())
+		write(ctxs[i], fmt.Sprint("k", i))
+		<-queued
+	}
+	st.proceed <- struct{}{}
+	batch := <-st.entered // the three callers' batch; the first queued leads it
+	if batch == first || batch.Err() != nil {
+		t.Fatalf("batch context %v (err %v)", batch, batch.Err())
+	}
+	bc, ok := batch.(*batchCtx)
+	if !ok {
+		t.Fatalf("batch context is a %T", batch)
+	}
+	cancels[1]() // a carried caller
+	cancels[0]() // the leader
+	// Both are counted out:
+	for guard := time.Now().Add(10 * time.Second); bc.left.Load() != 1; runtime.Gosched() {
+		if time.Now().After(guard) {
+			t.Fatalf("%d callers counted as waiting after two of three left", bc.left.Load())
+		}
+	}
+	if batch.Err() != nil {
+		t.Fatal("the batch's context ended while a caller still waits for it")
+	}
+	cancels[2]()
+	select {
+	case <-batch.Done():
+	case <-time.After(10 * time.Second): // a failure guard, not synchronisation
+		t.Fatal("the batch's context did not end after every caller's did")
+	}
+	st.proceed <- struct{}{}
+	wg.Wait()
 }

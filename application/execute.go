@@ -71,9 +71,7 @@ func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []i
 
 // runWrites is the write combiner's batch: the jobs of callers that waited
 // together, applied as one.
-func (s *Service) runWrites(batch []*waiter[*job]) {
-	ctx, stop := batchContext(batch)
-	defer stop()
+func (s *Service) runWrites(ctx context.Context, batch []*waiter[*job]) {
 	jobs := make([]*job, len(batch))
 	for i, w := range batch {
 		jobs[i] = w.item

@@ -45,15 +45,13 @@ func (s *Service) storageRead(ctx context.Context, addrs []domain.Address) []por
 
 // runReads is the read combiner's batch: one storage read for the reads of
 // every caller in it, split back in order.
-func (s *Service) runReads(batch []*waiter[*readJob]) {
+func (s *Service) runReads(ctx context.Context, batch []*waiter[*readJob]) {
 	s.obs.Combined(ports.StorageRead, len(batch))
 	if len(batch) == 1 {
 		j := batch[0].item
-		j.out = s.storageRead(batch[0].ctx, j.addrs)
+		j.out = s.storageRead(ctx, j.addrs)
 		return
 	}
-	ctx, stop := batchContext(batch)
-	defer stop()
 	n := 0
 	for _, w := range batch {
 		n += len(w.item.addrs)
