@@ -289,8 +289,23 @@ func (h *hintTable) begin() {
 		return
 	}
 	h.mu.Lock()
-	h.prev, h.cur = h.cur, nil
+	h.prev, h.cur = h.cur, emptied(h.prev)
 	h.mu.Unlock()
+}
+
+// reuseMax bounds the maps the table empties and keeps for reuse (larger
+// ones are left to the collector rather than kept at their size).
+const reuseMax = 64
+
+// emptied returns m emptied when it is small, so that the next batch
+// reuses it instead of allocating a map (at low load, every single
+// operation would); nil otherwise.
+func emptied[M ~map[K]V, K comparable, V any](m M) M {
+	if len(m) > reuseMax {
+		return nil
+	}
+	clear(m)
+	return m
 }
 
 // get returns the record's hint.
@@ -370,10 +385,10 @@ func (h *hintTable) drop(id domain.RecordID) {
 // reset forgets every hint and prefold.
 func (h *hintTable) reset() {
 	h.preMu.Lock()
-	h.pre = nil
+	h.pre = emptied(h.pre)
 	h.preMu.Unlock()
 	h.mu.Lock()
-	h.cur, h.prev, h.pending = nil, nil, nil
+	h.cur, h.prev, h.pending = emptied(h.cur), emptied(h.prev), emptied(h.pending)
 	h.mu.Unlock()
 }
 
