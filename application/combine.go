@@ -273,9 +273,11 @@ type hintTable struct {
 	gen     uint64
 
 	// pre are the prefolds of the shard's queued merges (see prefold),
-	// by record; preMu orders them (taken before mu).
-	preMu sync.Mutex
-	pre   map[domain.RecordID]*prefold
+	// by record; prefolding is set while one runs. preMu guards them
+	// (taken before mu, never held while a profile runs).
+	preMu      sync.Mutex
+	pre        map[domain.RecordID]*prefold
+	prefolding bool
 }
 
 // hintsMax bounds the hints a batch keeps (a larger batch keeps no more;

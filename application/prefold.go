@@ -40,10 +40,14 @@ func prefoldable(j *job) (item, bool) {
 // state the batch at storage is writing, or else to the record's hint; a
 // record with none of them (it must be read) is not prefolded.
 //
-// It is the write combiner's queued hook: called under the combiner's lock
-// in queue order, it takes the prefolds' lock and returns the merge to run
-// once the combiner's lock is released, so that each record's prefold
-// holds its merges in queue order.
+// It is the write combiner's queued hook: called under the combiner's lock,
+// in queue order, it picks the merge's starting point and returns the merge
+// to run once that lock is released. One prefold runs at a time per shard,
+// so that a record's prefold holds its merges in queue order; a caller that
+// queues while another prefold runs is not prefolded (its batch runs its
+// merge as usual). No lock is held while a profile runs, so a slow profile
+// delays neither the callers that queue nor the batch that takes the
+// prefold.
 //
 // The prefold is a guess that the record's fold in the next batch will
 // start from that state and begin with these merges. The fold uses it only
@@ -58,27 +62,46 @@ func (s *Service) prefold(h *hintTable, j *job) func() {
 	if !ok {
 		return nil
 	}
+	id := it.rid()
 	h.preMu.Lock()
+	defer h.preMu.Unlock()
+	if h.prefolding {
+		return nil
+	}
+	base, ok := h.base(id)
+	if !ok || base.gen == 0 {
+		return nil
+	}
+	pf := h.pre[id]
+	if pf == nil || pf.gen != base.gen {
+		if pf == nil && len(h.pre) >= hintsMax {
+			return nil
+		}
+		pf = &prefold{gen: base.gen, cur: base.doc}
+		if h.pre == nil {
+			h.pre = make(map[domain.RecordID]*prefold)
+		}
+		h.pre[id] = pf
+	}
+	cur, n := pf.cur, len(pf.items)
+	h.prefolding = true
 	return func() {
-		defer h.preMu.Unlock()
-		id := it.rid()
-		base, ok := h.base(id)
-		if !ok || base.gen == 0 {
-			return
-		}
-		pf := h.pre[id]
-		if pf == nil || pf.gen != base.gen {
-			if pf == nil && len(h.pre) >= hintsMax {
-				return
+		finished := false
+		defer func() {
+			if !finished { // the profile panicked: free the slot, keep nothing
+				h.preMu.Lock()
+				h.prefolding = false
+				h.preMu.Unlock()
 			}
-			pf = &prefold{gen: base.gen, cur: base.doc}
-			if h.pre == nil {
-				h.pre = make(map[domain.RecordID]*prefold)
-			}
-			h.pre[id] = pf
-		}
-		cur := pf.cur
+		}()
 		doc, err := s.mergeOne(it, &cur)
+		finished = true
+		h.preMu.Lock()
+		defer h.preMu.Unlock()
+		h.prefolding = false
+		if h.pre[id] != pf || len(pf.items) != n {
+			return // taken by its batch, or replaced, meanwhile
+		}
 		pf.items = append(pf.items, it)
 		pf.steps = append(pf.steps, foldStep{doc: doc, err: err})
 		if err == nil {

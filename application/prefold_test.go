@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
@@ -257,5 +258,54 @@ func TestPrefoldFromAnOlderStateIsNotUsed(t *testing.T) {
 	}
 	if got := p.ran(); got != "a1,b,a2,b" {
 		t.Fatalf("merges run: %q, want b again on the batch's result", got)
+	}
+}
+
+// A profile that runs long in a prefold holds no lock: callers still
+// queue (one that queues meanwhile is not prefolded; its batch runs its
+// merge), and the batch takes what was prefolded.
+func TestSlowPrefoldBlocksNoOne(t *testing.T) {
+	h := newHinted(t, nil)
+	p := &gatedList{gate: "b", reached: make(chan struct{}), release: make(chan struct{})}
+	s, err := NewService(h.s.cfg, h.s.storage, []ports.MergeProfile{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.writes[0].onQueued = h.s.writes[0].onQueued
+	h.s = s
+	put := h.write(listPut("k", "p"), true)
+	var b WriteResult
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		res, err := h.s.Write(context.Background(), []domain.Mutation{listMerge("k", "b")}, WaitUntilApplied)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		b = res[0]
+	}()
+	<-p.reached // b's prefold is in its profile
+	queued := make(chan *WriteResult)
+	go func() { queued <- h.write(listMerge("k", "c"), false) }()
+	var c *WriteResult
+	select {
+	case c = <-queued:
+	case <-time.After(10 * time.Second): // a failure guard, not synchronisation
+		t.Fatal("a caller could not queue while another caller's prefold ran")
+	}
+	if got := p.ran(); got != "" {
+		t.Fatalf("merges run: %q, want none yet (c is not prefolded while b's runs)", got)
+	}
+	close(p.release)
+	<-h.queued // b queued (its hook returned)
+	h.next()   // the put is written; the fold of b and c is at storage
+	h.last()
+	h.expectApplied(put, &b, c)
+	if got := h.list("k"); got != "p,b,c" {
+		t.Fatalf("record holds %q, want p,b,c", got)
+	}
+	if got := p.ran(); got != "b,c" {
+		t.Fatalf("merges run: %q, want b (ahead) and c (in the fold), each once", got)
 	}
 }
