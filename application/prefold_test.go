@@ -39,15 +39,33 @@ func (p *loggedList) ran() string {
 // logged list profile.
 func newPrefolded(t *testing.T) (*hinted, *loggedList) {
 	t.Helper()
-	h := newHinted(t, nil)
 	p := &loggedList{}
+	return newHintedWith(t, p), p
+}
+
+// newHintedWith is newHinted with profile p instead of the list profile.
+func newHintedWith(t *testing.T, p ports.MergeProfile) *hinted {
+	t.Helper()
+	h := newHinted(t, nil)
 	s, err := NewService(h.s.cfg, h.s.storage, []ports.MergeProfile{p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.writes[0].onQueued = h.s.writes[0].onQueued
 	h.s = s
-	return h, p
+	return h
+}
+
+// expectRun checks that the record k holds the list record and that the
+// profile ran the merges ran (items joined, in order).
+func (h *hinted) expectRun(p *loggedList, k, record, ran string) {
+	h.t.Helper()
+	if got := h.list(k); got != record {
+		h.t.Fatalf("record holds %q, want %q", got, record)
+	}
+	if got := p.ran(); got != ran {
+		h.t.Fatalf("merges run: %q, want %q", got, ran)
+	}
 }
 
 func (h *hinted) expectApplied(rs ...*WriteResult) {
@@ -111,12 +129,7 @@ func TestPrefoldOfAFailedWriteIsNotUsed(t *testing.T) {
 	h.next() // a is written; the fold of b is at storage
 	h.last()
 	h.expectApplied(a, b)
-	if got := h.list("k"); got != "z,a,b" {
-		t.Fatalf("record holds %q, want z,a,b", got)
-	}
-	if got := p.ran(); got != "a,b,a,b" {
-		t.Fatalf("merges run: %q, want a,b (ahead), then a,b again after the conflict", got)
-	}
+	h.expectRun(p, "k", "z,a,b", "a,b,a,b")
 }
 
 // A prefold is a guess about the order of the next batch: a put of the
@@ -138,12 +151,7 @@ func TestPrefoldFollowsTheBatchOrder(t *testing.T) {
 		h.next() // the fold of b
 		h.last()
 		h.expectApplied(put, a, q, b)
-		if got := h.list("k"); got != "q,b" {
-			t.Fatalf("record holds %q, want q,b", got)
-		}
-		if got := p.ran(); got != "a,b,b" {
-			t.Fatalf("merges run: %q, want a,b ahead, then b again on q", got)
-		}
+		h.expectRun(p, "k", "q,b", "a,b,b")
 	})
 	t.Run("a caller leaves", func(t *testing.T) {
 		h, p := newPrefolded(t)
@@ -166,12 +174,7 @@ func TestPrefoldFollowsTheBatchOrder(t *testing.T) {
 		h.next() // the put is written; the fold of c is at storage
 		h.last()
 		h.expectApplied(put, c)
-		if got := h.list("k"); got != "p,c" {
-			t.Fatalf("record holds %q, want p,c", got)
-		}
-		if got := p.ran(); got != "x,c,c" {
-			t.Fatalf("merges run: %q, want x,c ahead, then c again", got)
-		}
+		h.expectRun(p, "k", "p,c", "x,c,c")
 	})
 }
 
@@ -188,12 +191,7 @@ func TestPrefoldedFailureFailsOnlyItself(t *testing.T) {
 	if bad.Status == StatusApplied || domain.CodeOf(bad.Err) != domain.CodeInvalidArgument {
 		t.Fatalf("the failing merge: %+v", bad)
 	}
-	if got := h.list("k"); got != "p,c" {
-		t.Fatalf("record holds %q, want p,c", got)
-	}
-	if got := p.ran(); got != ",c" {
-		t.Fatalf("merges run: %q, want each once", got)
-	}
+	h.expectRun(p, "k", "p,c", ",c")
 	if hs := &h.s.writes[0].hints; len(hs.pre) != 0 || len(hs.pending) != 0 {
 		t.Fatalf("%d prefolds and %d pending states kept after the combiner went idle", len(hs.pre), len(hs.pending))
 	}
@@ -222,14 +220,8 @@ func (p *gatedList) Merge(ctx context.Context, in ports.MergeInput) (domain.Docu
 // state; the next batch starts from the state that batch wrote, so the
 // prefold is not used, and no update is lost.
 func TestPrefoldFromAnOlderStateIsNotUsed(t *testing.T) {
-	h := newHinted(t, nil)
 	p := &gatedList{gate: "a2", reached: make(chan struct{}), release: make(chan struct{})}
-	s, err := NewService(h.s.cfg, h.s.storage, []ports.MergeProfile{p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.writes[0].onQueued = h.s.writes[0].onQueued
-	h.s = s
+	h := newHintedWith(t, p)
 	put := h.write(listPut("k", "p"), true)
 	var two []WriteResult
 	h.wg.Add(1)
@@ -253,26 +245,15 @@ func TestPrefoldFromAnOlderStateIsNotUsed(t *testing.T) {
 	h.next()       // the fold of b
 	h.last()
 	h.expectApplied(put, &two[0], &two[1], b)
-	if got := h.list("k"); got != "p,a1,a2,b" {
-		t.Fatalf("record holds %q, want p,a1,a2,b", got)
-	}
-	if got := p.ran(); got != "a1,b,a2,b" {
-		t.Fatalf("merges run: %q, want b again on the batch's result", got)
-	}
+	h.expectRun(&p.loggedList, "k", "p,a1,a2,b", "a1,b,a2,b")
 }
 
 // A profile that runs long in a prefold holds no lock: callers still
 // queue (one that queues meanwhile is not prefolded; its batch runs its
 // merge), and the batch takes what was prefolded.
 func TestSlowPrefoldBlocksNoOne(t *testing.T) {
-	h := newHinted(t, nil)
 	p := &gatedList{gate: "b", reached: make(chan struct{}), release: make(chan struct{})}
-	s, err := NewService(h.s.cfg, h.s.storage, []ports.MergeProfile{p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.writes[0].onQueued = h.s.writes[0].onQueued
-	h.s = s
+	h := newHintedWith(t, p)
 	put := h.write(listPut("k", "p"), true)
 	var b WriteResult
 	h.wg.Add(1)
@@ -302,10 +283,5 @@ func TestSlowPrefoldBlocksNoOne(t *testing.T) {
 	h.next()   // the put is written; the fold of b and c is at storage
 	h.last()
 	h.expectApplied(put, &b, c)
-	if got := h.list("k"); got != "p,b,c" {
-		t.Fatalf("record holds %q, want p,b,c", got)
-	}
-	if got := p.ran(); got != "b,c" {
-		t.Fatalf("merges run: %q, want b (ahead) and c (in the fold), each once", got)
-	}
+	h.expectRun(&p.loggedList, "k", "p,b,c", "b,c")
 }
