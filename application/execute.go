@@ -23,6 +23,8 @@ type job struct {
 	results        []WriteResult
 	refs           func(int) opRef
 	blockOnFailure bool
+	// shard is the write shard of the job's records, when it is batched.
+	shard int
 	// queued: the mutations come from the mutation log (the worker path,
 	// the same callers as blockOnFailure): every one leaves its ID and log
 	// position in its record's applied mark. Synchronous mutations leave
@@ -62,6 +64,7 @@ func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []i
 		s.applyJobs(ctx, []*job{j}, nil)
 		return
 	}
+	j.shard = shard
 	if err := s.writes[shard].do(ctx, j); err != nil {
 		for _, i := range valid {
 			results[i] = failed(opError(refs(i), fieldAddress, domain.Wrap(domain.AsError(err).Code, err, "stopped before the mutation was applied")))
@@ -79,14 +82,8 @@ func (s *Service) runWrites(ctx context.Context, batch []*waiter[*job]) {
 	s.obs.Combined(ports.StorageWrite, len(jobs))
 	var h *hintTable
 	if s.keepsHints() {
-		// Every job of a batch is on records of the batch's shard.
-		for _, j := range jobs {
-			if len(j.valid) > 0 {
-				h = &s.writes[shardOf(len(s.writes), 1, func(int) domain.RecordID { return j.work[j.valid[0]].Address.ID() })].hints
-				h.begin()
-				break
-			}
-		}
+		h = &s.writes[jobs[0].shard].hints // (every job of a batch is on records of its shard)
+		h.begin()
 	}
 	s.applyJobs(ctx, jobs, h)
 }
@@ -335,12 +332,16 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 		}
 		var again []unit
 		if len(ops) > 0 {
+			rids := make([]domain.RecordID, len(ops))
+			for k := range ops {
+				rids[k] = ops[k].Address.ID()
+			}
 			var gens []uint64 // per op: the generation of the state a put writes, for the hint it leaves
 			if h != nil {
 				gens = make([]uint64, len(ops))
 				for k := range ops {
 					if ops[k].Kind == ports.WritePut {
-						gens[k] = h.pend(ops[k].Address.ID(), ops[k].Document)
+						gens[k] = h.pend(rids[k], ops[k].Document)
 					}
 				}
 			}
@@ -349,7 +350,7 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 			s.obs.StorageCall(ports.StorageWrite, len(ops), time.Since(start))
 			for k, r := range got {
 				if k < len(ops) {
-					rid := ops[k].Address.ID()
+					rid := rids[k]
 					switch {
 					case h == nil:
 						s.dropHint(rid)

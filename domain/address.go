@@ -130,8 +130,12 @@ func (a Address) String() string {
 // key. Two addresses have the same RecordID exactly when they are equal.
 type RecordID string
 
-// ID returns the record identity of the address.
-func (a Address) ID() RecordID { return RecordID(EncodeAddress(a)) }
+// ID returns the record identity of the address (one allocation, the
+// string: short addresses are encoded on the stack first).
+func (a Address) ID() RecordID {
+	var buf [96]byte
+	return RecordID(AppendAddress(buf[:0], a))
+}
 
 // Equal reports whether two addresses name the same record.
 func (a Address) Equal(o Address) bool { return a == o }
