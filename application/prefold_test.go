@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
+	"github.com/sink-io/sink/ports/storagetest"
 )
 
 // loggedList is listProfile that logs the item of every merge it runs.
@@ -284,4 +286,61 @@ func TestSlowPrefoldBlocksNoOne(t *testing.T) {
 	h.last()
 	h.expectApplied(put, &b, c)
 	h.expectRun(&p.loggedList, "k", "p,b,c", "b,c")
+}
+
+// Many callers merging one record, some with single merges (prefolded)
+// and some with two merges in one request (folded by their batch, which
+// gives later callers time to queue on an older state): every applied
+// merge counts once in the record.
+func TestPrefoldsLoseNoUpdate(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
+	s, err := NewService(cfg, storagetest.NewDelayed(memory.New(), 100*time.Microsecond), []ports.MergeProfile{counterProfile{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := domain.Address{Namespace: "n", Dataset: "d", Key: domain.StringKey("c")}
+	inc := domain.Mutation{Kind: domain.MutationMerge, Address: a,
+		Merge: domain.MergeIntent{Profile: "counter", Intent: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"N":1}`)}}}
+	const clients, requests = 12, 80
+	var wg sync.WaitGroup
+	applied := make([]int, clients)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range requests {
+				muts := []domain.Mutation{inc}
+				if (c+i)%3 == 0 {
+					muts = append(muts, inc)
+				}
+				res, err := s.Write(context.Background(), muts, WaitUntilApplied)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, r := range res {
+					if r.Status == StatusApplied {
+						applied[c]++
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range applied {
+		total += n
+	}
+	r, err := s.Read(context.Background(), []domain.Address{a})
+	if err != nil || r[0].Status != StatusFound {
+		t.Fatalf("read: %v %+v", err, r)
+	}
+	var d counterDoc
+	if err := json.Unmarshal(r[0].Record.Document.Data, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.N != total {
+		t.Fatalf("counter is %d after %d applied merges", d.N, total)
+	}
 }
