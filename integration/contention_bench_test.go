@@ -257,29 +257,7 @@ func BenchmarkSingleOp(b *testing.B) {
 
 // singleOps runs the single-operation cases against sink and null.
 func singleOps(b *testing.B, sink, null sinkv1.SinkClient) {
-	doc := `{"payload":"` + strings.Repeat("x", 1000) + `"}`
-	ctx := context.Background()
-	cases := []struct {
-		name string
-		call func(c sinkv1.SinkClient, i int) error
-	}{
-		{"put", func(c sinkv1.SinkClient, i int) error {
-			_, err := writeCode(c, putOp(addr("bench", "single", fmt.Sprint(i%1000)), doc, 0, nil))
-			return err
-		}},
-		{"merge", func(c sinkv1.SinkClient, i int) error {
-			_, err := writeCode(c, mergeOp(addr("bench", "single-merge", fmt.Sprint(i%1000)), mergepatch.Name, fmt.Sprintf(`{"n":%d}`, i)))
-			return err
-		}},
-		{"read", func(c sinkv1.SinkClient, i int) error {
-			resp, err := c.Read(ctx, &sinkv1.ReadRequest{Operations: []*sinkv1.ReadOperation{{Address: addr("bench", "single", fmt.Sprint(i%1000))}}})
-			if err == nil && resp.GetResults()[0].GetError() != nil {
-				err = fmt.Errorf("read: %v", resp.GetResults()[0].GetError())
-			}
-			return err
-		}},
-	}
-	for _, c := range cases {
+	for _, c := range singleOpCases() {
 		b.Run(c.name, func(b *testing.B) {
 			sinkLat := make([]time.Duration, 0, b.N)
 			nullLat := make([]time.Duration, 0, b.N)
@@ -406,5 +384,35 @@ func TestHotKeyMergesCountExactlyMongo(t *testing.T) {
 	t.Logf("storage: %+v for %d merges", st, clients*per)
 	if st.Reads >= st.Writes {
 		t.Fatalf("storage %+v: folds read the record as often as they wrote it; they should start from Sink's own last write", st)
+	}
+}
+
+// singleOpCase is one single-operation case: call sends operation i (on
+// one of 1000 records) to a server.
+type singleOpCase struct {
+	name string
+	call func(c sinkv1.SinkClient, i int) error
+}
+
+// singleOpCases are the single put (a 1 KB document), merge and read.
+func singleOpCases() []singleOpCase {
+	doc := `{"payload":"` + strings.Repeat("x", 1000) + `"}`
+	ctx := context.Background()
+	return []singleOpCase{
+		{"put", func(c sinkv1.SinkClient, i int) error {
+			_, err := writeCode(c, putOp(addr("bench", "single", fmt.Sprint(i%1000)), doc, 0, nil))
+			return err
+		}},
+		{"merge", func(c sinkv1.SinkClient, i int) error {
+			_, err := writeCode(c, mergeOp(addr("bench", "single-merge", fmt.Sprint(i%1000)), mergepatch.Name, fmt.Sprintf(`{"n":%d}`, i)))
+			return err
+		}},
+		{"read", func(c sinkv1.SinkClient, i int) error {
+			resp, err := c.Read(ctx, &sinkv1.ReadRequest{Operations: []*sinkv1.ReadOperation{{Address: addr("bench", "single", fmt.Sprint(i%1000))}}})
+			if err == nil && resp.GetResults()[0].GetError() != nil {
+				err = fmt.Errorf("read: %v", resp.GetResults()[0].GetError())
+			}
+			return err
+		}},
 	}
 }

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+
+	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
 // BenchmarkSingleOpOutOfProcess: the single-operation cases of
@@ -32,9 +35,75 @@ func BenchmarkSingleOpOutOfProcess(b *testing.B) {
 	server := []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
 	p := startSinkProcessUnder(b, server, strings.Fields(os.Getenv("SINK_BENCH_ENV"))...)
 	sink := dialSink(b, p.grpcAddr)
-	null := dialSink(b, startNullProcess(b, server))
+	nullAddr, _ := startNullProcess(b, server)
+	null := dialSink(b, nullAddr)
 	pinSelf(b, 0)
 	singleOps(b, sink, null)
+}
+
+// BenchmarkSingleOpLoadOutOfProcess: the single-operation cases under load,
+// 16 clients at a time, laid out as BenchmarkSingleOpOutOfProcess (each
+// server on the last processor, the clients on the first). The client
+// may be what limits the rate here, so besides the rates it reports each
+// server process's processor time per operation (from /proc): the rate a
+// saturated server would reach is inversely proportional to it, so
+// "cpu-vs-null" (the null server's time per operation over Sink's) is
+// Sink's throughput ratio to the gRPC floor, as a load generator on
+// another machine would measure it.
+func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
+	if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
+		b.Skip("needs taskset and two processors")
+	}
+	const clients = 16
+	server := []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
+	p := startSinkProcessUnder(b, server, strings.Fields(os.Getenv("SINK_BENCH_ENV"))...)
+	sink := dialSink(b, p.grpcAddr)
+	nullAddr, nullPID := startNullProcess(b, server)
+	null := dialSink(b, nullAddr)
+	pinSelf(b, 0)
+	for _, c := range singleOpCases() {
+		b.Run(c.name, func(b *testing.B) {
+			n := max(b.N, clients)
+			measure := func(pid int, cl sinkv1.SinkClient) (loadResult, time.Duration) {
+				before := processCPU(b, pid)
+				r := runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(cl, i) })
+				return r, processCPU(b, pid) - before
+			}
+			s, sCPU := measure(p.cmd.Process.Pid, sink)
+			f, fCPU := measure(nullPID, null)
+			b.ReportMetric(s.rate(), "ops/s")
+			b.ReportMetric(s.rate()/f.rate(), "vs-null")
+			b.ReportMetric(float64(sCPU.Microseconds())/float64(n), "cpu-µs/op")
+			b.ReportMetric(float64(fCPU.Microseconds())/float64(n), "null-cpu-µs/op")
+			b.ReportMetric(float64(fCPU)/float64(sCPU), "cpu-vs-null")
+		})
+	}
+}
+
+// processCPU returns the processor time (user and system, every thread)
+// the process pid has used, from /proc/<pid>/stat, in clock ticks of
+// 10 ms (Linux's USER_HZ).
+func processCPU(b testing.TB, pid int) time.Duration {
+	b.Helper()
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name (in parentheses, which may hold
+	// spaces): state is field 3, utime 14 and stime 15.
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, raw)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/%d/stat: %v", pid, err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // pinSelf runs every thread of this process on processor cpu, with
@@ -68,9 +137,9 @@ func pinSelf(b testing.TB, cpu int) {
 }
 
 // startNullProcess starts integration/cmd/nullsink under the command
-// prefix on a free loopback port and returns its address. It is killed
-// when the benchmark ends.
-func startNullProcess(b testing.TB, prefix []string) string {
+// prefix on a free loopback port and returns its address and process id.
+// It is killed when the benchmark ends.
+func startNullProcess(b testing.TB, prefix []string) (string, int) {
 	b.Helper()
 	argv := append(append([]string(nil), prefix...), buildBinary(b, "./integration/cmd/nullsink", "nullsink"))
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -93,17 +162,18 @@ func startNullProcess(b testing.TB, prefix []string) string {
 		if a == "" {
 			b.Fatal("nullsink printed no address")
 		}
-		return a
+		return a, cmd.Process.Pid
 	case <-time.After(30 * time.Second): // a failure guard
 		b.Fatal("nullsink did not start")
-		return ""
+		return "", 0
 	}
 }
 
 // The null server's command answers as the benchmarks expect: every write
 // applied with a revision, every read found with a document.
 func TestNullSinkProcessAnswers(t *testing.T) {
-	c := dialSink(t, startNullProcess(t, nil))
+	nullAddr, _ := startNullProcess(t, nil)
+	c := dialSink(t, nullAddr)
 	res := write(t, c, putOp(addr("ns", "ds", "k"), `{"a":1}`, 0, nil), mergeOp(addr("ns", "ds", "k"), "merge-patch", `{"b":2}`))
 	for i, r := range res {
 		if r.GetStatus() != applied || len(r.GetRevision()) == 0 || r.GetIndex() != uint32(i) {
