@@ -278,6 +278,7 @@ type hintTable struct {
 	preMu      sync.Mutex
 	pre        map[domain.RecordID]*prefold
 	prefolding bool
+	batches    uint64 // batches begun (see begin)
 }
 
 // hintsMax bounds the hints a batch keeps (a larger batch keeps no more;
@@ -285,11 +286,23 @@ type hintTable struct {
 const hintsMax = 4096
 
 // begin starts a batch: the hints of the batch before it become the
-// older generation, those of the batch before that are dropped.
+// older generation, those of the batch before that are dropped, and so are
+// the prefolds made before the batch before it started (a prefold is for
+// the next batch; one that batch did not take, because its caller left or
+// its record was not in it, would otherwise keep its caller's documents
+// until the shard goes idle).
 func (h *hintTable) begin() {
 	if h == nil {
 		return
 	}
+	h.preMu.Lock()
+	h.batches++
+	for id, pf := range h.pre {
+		if pf.batches+1 < h.batches {
+			delete(h.pre, id)
+		}
+	}
+	h.preMu.Unlock()
 	h.mu.Lock()
 	h.prev, h.cur = h.cur, emptied(h.prev)
 	h.mu.Unlock()

@@ -9,10 +9,11 @@ import (
 // callers queued, to the result of the one before, starting from the state
 // of generation gen.
 type prefold struct {
-	gen   uint64
-	items []item
-	steps []foldStep
-	cur   domain.Document // the last good result (the base while there is none)
+	gen     uint64
+	batches uint64 // hintTable.batches when it was made
+	items   []item
+	steps   []foldStep
+	cur     domain.Document // the last good result (the base while there is none)
 }
 
 // foldStep is one merge's outcome in a fold: the document it produced, or
@@ -77,7 +78,7 @@ func (s *Service) prefold(h *hintTable, j *job) func() {
 		if pf == nil && len(h.pre) >= hintsMax {
 			return nil
 		}
-		pf = &prefold{gen: base.gen, cur: base.doc}
+		pf = &prefold{gen: base.gen, batches: h.batches, cur: base.doc}
 		if h.pre == nil {
 			h.pre = make(map[domain.RecordID]*prefold)
 		}

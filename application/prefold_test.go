@@ -344,3 +344,40 @@ func TestPrefoldsLoseNoUpdate(t *testing.T) {
 		t.Fatalf("counter is %d after %d applied merges", d.N, total)
 	}
 }
+
+// A prefold that no batch takes (its caller left the queue) is dropped
+// once a second batch has begun after it, also while the shard stays
+// busy, so that it does not keep its caller's documents.
+func TestUntakenPrefoldIsDropped(t *testing.T) {
+	h, p := newPrefolded(t)
+	h.write(listPut("k", "p"), true)
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := h.s.Write(ctx, []domain.Mutation{listMerge("k", "x")}, WaitUntilApplied)
+		left <- err
+	}()
+	<-h.queued
+	cancel()
+	<-left
+	prefolds := func() int {
+		hs := &h.s.writes[0].hints
+		hs.preMu.Lock()
+		defer hs.preMu.Unlock()
+		return len(hs.pre)
+	}
+	if got := p.ran(); got != "x" || prefolds() != 1 {
+		t.Fatalf("merges run %q, %d prefolds: want x's prefold kept", got, prefolds())
+	}
+	h.write(listPut("k2", "q"), false)
+	h.next() // the put of p is written; the batch of q is at storage
+	if n := prefolds(); n != 1 {
+		t.Fatalf("%d prefolds one batch later, want x's (it may be for this batch)", n)
+	}
+	h.write(listPut("k3", "r"), false)
+	h.next() // the batch of r is at storage
+	if n := prefolds(); n != 0 {
+		t.Fatalf("%d prefolds two batches later, want none", n)
+	}
+	h.last()
+}
