@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
 )
 
 var shardSeed = maphash.MakeSeed()
@@ -330,6 +331,11 @@ func (h *hintTable) get(id domain.RecordID) (recordState, bool) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.hint(id)
+}
+
+// hint is get with mu held.
+func (h *hintTable) hint(id domain.RecordID) (recordState, bool) {
 	if st, ok := h.cur[id]; ok {
 		return st, true
 	}
@@ -337,17 +343,25 @@ func (h *hintTable) get(id domain.RecordID) (recordState, bool) {
 	return st, ok
 }
 
-// pend records that a write of doc to the record is going to storage and
-// returns the generation that names it (pass it to set).
-func (h *hintTable) pend(id domain.RecordID, doc domain.Document) uint64 {
+// pend records that the puts among ops (on the records rids) are going to
+// storage and returns, per op, the generation that names the state it
+// writes (0 for others; pass it to set).
+func (h *hintTable) pend(ops []ports.WriteOp, rids []domain.RecordID) []uint64 {
+	gens := make([]uint64, len(ops))
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.gen++
-	if h.pending == nil {
-		h.pending = make(map[domain.RecordID]recordState)
+	for k := range ops {
+		if ops[k].Kind != ports.WritePut {
+			continue
+		}
+		if h.pending == nil {
+			h.pending = make(map[domain.RecordID]recordState)
+		}
+		h.gen++
+		h.pending[rids[k]] = recordState{doc: ops[k].Document, gen: h.gen}
+		gens[k] = h.gen
 	}
-	h.pending[id] = recordState{doc: doc, gen: h.gen}
-	return h.gen
+	return gens
 }
 
 // base returns the state a merge queued now would start from if nothing
@@ -359,11 +373,7 @@ func (h *hintTable) base(id domain.RecordID) (recordState, bool) {
 	if st, ok := h.pending[id]; ok {
 		return st, true
 	}
-	if st, ok := h.cur[id]; ok {
-		return st, true
-	}
-	st, ok := h.prev[id]
-	return st, ok
+	return h.hint(id)
 }
 
 // set records that the service wrote st.doc to the record, getting

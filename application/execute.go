@@ -338,12 +338,7 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 			}
 			var gens []uint64 // per op: the generation of the state a put writes, for the hint it leaves
 			if h != nil {
-				gens = make([]uint64, len(ops))
-				for k := range ops {
-					if ops[k].Kind == ports.WritePut {
-						gens[k] = h.pend(rids[k], ops[k].Document)
-					}
-				}
+				gens = h.pend(ops, rids)
 			}
 			start := time.Now()
 			got := s.storage.Write(ctx, ops)
@@ -509,10 +504,11 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 	var unread []int // folds to read: indexes into folds
 	for k, u := range folds {
 		a := u[0].m().Address
-		if st, ok := h.get(a.ID()); ok {
+		id := a.ID()
+		if st, ok := h.get(id); ok {
 			current[k] = ports.ReadResult{Found: true, Record: domain.Record{Document: st.doc, Revision: st.rev, Mark: st.mark.mark}}
 			known[k] = st.mark.known
-			if steps := h.takePrefold(a.ID(), st.gen, u); steps != nil {
+			if steps := h.takePrefold(id, st.gen, u); steps != nil {
 				if pre == nil {
 					pre = make([][]foldStep, len(folds))
 				}
@@ -520,7 +516,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 			}
 			continue
 		}
-		h.takePrefold(a.ID(), 0, nil) // (dropped: the fold reads the record)
+		h.takePrefold(id, 0, nil) // (dropped: the fold reads the record)
 		known[k] = true
 		addrs = append(addrs, a)
 		unread = append(unread, k)
