@@ -29,16 +29,32 @@ import (
 // (NAME=value entries) configures the sink process, as in the other
 // benchmarks.
 func BenchmarkSingleOpOutOfProcess(b *testing.B) {
+	sink, null := startPinnedServers(b)
+	singleOps(b, sink.client, null.client)
+}
+
+// pinnedServer is a server process started by startPinnedServers.
+type pinnedServer struct {
+	client sinkv1.SinkClient
+	pid    int
+}
+
+// startPinnedServers starts the sink binary (configured by SINK_BENCH_ENV)
+// and the null server as processes on the last processor, pins this
+// process to the first (see pinSelf) and returns a client of each. It
+// skips the benchmark without taskset or a second processor.
+func startPinnedServers(b *testing.B) (sink, null pinnedServer) {
+	b.Helper()
 	if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
 		b.Skip("needs taskset and two processors")
 	}
 	server := []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
 	p := startSinkProcessUnder(b, server, strings.Fields(os.Getenv("SINK_BENCH_ENV"))...)
-	sink := dialSink(b, p.grpcAddr)
-	nullAddr, _ := startNullProcess(b, server)
-	null := dialSink(b, nullAddr)
+	sink = pinnedServer{client: dialSink(b, p.grpcAddr), pid: p.cmd.Process.Pid}
+	nullAddr, nullPID := startNullProcess(b, server)
+	null = pinnedServer{client: dialSink(b, nullAddr), pid: nullPID}
 	pinSelf(b, 0)
-	singleOps(b, sink, null)
+	return sink, null
 }
 
 // BenchmarkSingleOpLoadOutOfProcess: the single-operation cases under load,
@@ -51,26 +67,18 @@ func BenchmarkSingleOpOutOfProcess(b *testing.B) {
 // Sink's throughput ratio to the gRPC floor, as a load generator on
 // another machine would measure it.
 func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
-	if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
-		b.Skip("needs taskset and two processors")
-	}
 	const clients = 16
-	server := []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
-	p := startSinkProcessUnder(b, server, strings.Fields(os.Getenv("SINK_BENCH_ENV"))...)
-	sink := dialSink(b, p.grpcAddr)
-	nullAddr, nullPID := startNullProcess(b, server)
-	null := dialSink(b, nullAddr)
-	pinSelf(b, 0)
+	sink, null := startPinnedServers(b)
 	for _, c := range singleOpCases() {
 		b.Run(c.name, func(b *testing.B) {
 			n := max(b.N, clients)
-			measure := func(pid int, cl sinkv1.SinkClient) (loadResult, time.Duration) {
-				before := processCPU(b, pid)
-				r := runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(cl, i) })
-				return r, processCPU(b, pid) - before
+			measure := func(srv pinnedServer) (loadResult, time.Duration) {
+				before := processCPU(b, srv.pid)
+				r := runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(srv.client, i) })
+				return r, processCPU(b, srv.pid) - before
 			}
-			s, sCPU := measure(p.cmd.Process.Pid, sink)
-			f, fCPU := measure(nullPID, null)
+			s, sCPU := measure(sink)
+			f, fCPU := measure(null)
 			b.ReportMetric(s.rate(), "ops/s")
 			b.ReportMetric(s.rate()/f.rate(), "vs-null")
 			b.ReportMetric(float64(sCPU.Microseconds())/float64(n), "cpu-µs/op")
