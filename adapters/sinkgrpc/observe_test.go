@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sink-io/sink/domain"
+	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
 type fakeStream struct {
@@ -156,5 +158,61 @@ func TestInterceptorBoundsLoggedMessages(t *testing.T) {
 	msg, _ := line["message"].(string)
 	if len(msg) > MaxLoggedMessageLength+len("…") || !strings.HasPrefix(msg, "bad \uFFFD é") || !strings.HasSuffix(msg, "é…") {
 		t.Fatalf("logged message of %d bytes: %q", len(msg), msg)
+	}
+}
+
+// Over a real gRPC server, concurrent requests each get their own request
+// id back, whether the client gave one or not (the header's metadata is
+// reused between requests; see requestIDHeaders).
+func TestConcurrentRequestsGetTheirOwnRequestIDs(t *testing.T) {
+	ts := startServer(t, nil, nil, 10, grpc.ChainUnaryInterceptor(UnaryInterceptor(nil, slog.New(slog.DiscardHandler))))
+	client := sinkv1.NewSinkClient(dial(t, ts.addr))
+	const callers, calls = 8, 50
+	var mu sync.Mutex
+	generated := map[string]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for c := range callers {
+		wg.Go(func() {
+			for i := range calls {
+				ctx, sent := context.Background(), ""
+				if i%2 == 0 {
+					sent = fmt.Sprintf("caller-%d-call-%d", c, i)
+					ctx = metadata.AppendToOutgoingContext(ctx, RequestIDHeader, sent)
+				}
+				var header metadata.MD
+				// The stub does not implement Read: the header comes with the error.
+				if _, err := client.Read(ctx, &sinkv1.ReadRequest{}, grpc.Header(&header)); status.Code(err) != codes.Unimplemented {
+					errs <- fmt.Errorf("Read: %v", err)
+					return
+				}
+				got := header.Get(RequestIDHeader)
+				switch {
+				case len(got) != 1:
+					errs <- fmt.Errorf("call %d of caller %d: request id header %q", i, c, got)
+					return
+				case sent != "" && got[0] != sent:
+					errs <- fmt.Errorf("call %d of caller %d: request id %q, sent %q", i, c, got[0], sent)
+					return
+				case sent == "":
+					mu.Lock()
+					seen := generated[got[0]]
+					generated[got[0]] = true
+					mu.Unlock()
+					if seen || len(got[0]) != 32 {
+						errs <- fmt.Errorf("call %d of caller %d: generated request id %q (seen before: %v)", i, c, got[0], seen)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(generated) != callers*calls/2 {
+		t.Fatalf("%d generated request ids, want %d", len(generated), callers*calls/2)
 	}
 }

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
 
@@ -107,41 +107,28 @@ func (s *ctxStream) Context() context.Context { return s.ctx }
 //     preface). grpc-go's Stop and GracefulStop wait for those handshakes
 //     (up to the connection timeout), so a few stalled TCP connections would
 //     otherwise hold every shutdown;
-//   - it is a stats.Handler (install it with grpc.StatsHandler): a
-//     connection is established when gRPC tags it, and a Sink RPC is in
-//     flight from its Begin (before its request is read) to its End.
+//   - its ServerOptions count the Sink RPCs in flight (an interceptor).
+//
+// It is not a stats.Handler on purpose: with any stats handler installed,
+// grpc-go builds an event for every header, message and trailer of every
+// RPC and copies the RPC's metadata for it, whether the handler looks at
+// them or not (about a tenth of a single put's server time).
 type Connections struct {
 	log *slog.Logger
 
 	mu          sync.Mutex
 	closing     bool
-	open        map[connKey]*trackedConn
 	handshaking map[*trackedConn]struct{}
 
 	inflight atomic.Int64
 }
-
-var _ stats.Handler = (*Connections)(nil)
 
 // NewConnections returns a tracker with no connections.
 func NewConnections(log *slog.Logger) *Connections {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Connections{log: log, open: map[connKey]*trackedConn{}, handshaking: map[*trackedConn]struct{}{}}
-}
-
-type connKey struct{ local, remote string }
-
-func keyOf(local, remote net.Addr) connKey {
-	k := connKey{}
-	if local != nil {
-		k.local = local.String()
-	}
-	if remote != nil {
-		k.remote = remote.String()
-	}
-	return k
+	return &Connections{log: log, handshaking: map[*trackedConn]struct{}{}}
 }
 
 // Listener returns lis with every accepted connection tracked. Once
@@ -167,17 +154,33 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 	}
 }
 
-// trackedConn is an accepted connection; Close forgets it.
+// trackedConn is an accepted connection, handshaking until its deadline
+// is cleared or it closes.
 type trackedConn struct {
 	net.Conn
 	c    *Connections
-	key  connKey
 	once sync.Once
 }
 
 func (t *trackedConn) Close() error {
-	t.once.Do(func() { t.c.remove(t) })
+	t.once.Do(func() { t.c.forget(t) })
 	return t.Conn.Close()
+}
+
+// SetDeadline is how a connection's handshake is seen to end: grpc-go's
+// Server bounds the handshake (TLS, then the HTTP/2 preface and settings)
+// with a deadline on the accepted connection and clears it, with the zero
+// time, as soon as the handshake is over, whether it succeeded or not
+// (Server.handleRawConn; grpc's own xDS server reads the handshake's
+// deadline from the same call). Nothing else clears a server connection's
+// deadline.
+// TestShutdownClosesHalfOpenConnectionsAndIdleStreams fails if a gRPC
+// release stops doing so.
+func (t *trackedConn) SetDeadline(d time.Time) error {
+	if d.IsZero() {
+		t.c.forget(t)
+	}
+	return t.Conn.SetDeadline(d)
 }
 
 func (c *Connections) add(conn net.Conn) *trackedConn {
@@ -187,18 +190,16 @@ func (c *Connections) add(conn net.Conn) *trackedConn {
 		_ = conn.Close()
 		return nil
 	}
-	tc := &trackedConn{Conn: conn, c: c, key: keyOf(conn.LocalAddr(), conn.RemoteAddr())}
-	c.open[tc.key] = tc
+	tc := &trackedConn{Conn: conn, c: c}
 	c.handshaking[tc] = struct{}{}
 	return tc
 }
 
-func (c *Connections) remove(tc *trackedConn) {
+// forget drops tc from the handshaking connections (its handshake ended,
+// or it closed).
+func (c *Connections) forget(tc *trackedConn) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.open[tc.key] == tc {
-		delete(c.open, tc.key)
-	}
 	delete(c.handshaking, tc)
 }
 
@@ -210,54 +211,29 @@ func (c *Connections) Handshaking() int {
 	return len(c.handshaking)
 }
 
-// InFlight returns how many Sink RPCs are running (from before their
-// request is read until their response is sent).
+// InFlight returns how many Sink RPCs are running (from when their
+// handler is called until it returns).
 func (c *Connections) InFlight() int { return int(c.inflight.Load()) }
 
-// TagConn implements stats.Handler: gRPC tags a connection once its
-// handshake has finished.
-func (c *Connections) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if tc, ok := c.open[keyOf(info.LocalAddr, info.RemoteAddr)]; ok {
-		delete(c.handshaking, tc)
-	}
-	return ctx
+// ServerOptions returns the options that let c count the Sink RPCs in
+// flight; give them to the server c's Listener serves.
+func (c *Connections) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(c.unary)}
 }
 
-// HandleConn implements stats.Handler.
-func (c *Connections) HandleConn(context.Context, stats.ConnStats) {}
-
-type sinkRPCKey struct{}
-
-// TagRPC implements stats.Handler: it marks the Sink API's RPCs (all
-// unary); health and reflection streams are ended by StreamCloser.
-func (c *Connections) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	if strings.HasPrefix(info.FullMethodName, "/"+ServiceName+"/") {
-		return context.WithValue(ctx, sinkRPCKey{}, true)
+// unary counts the Sink API's RPCs (all unary) while their handlers run;
+// health and reflection streams are ended by StreamCloser.
+func (c *Connections) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !strings.HasPrefix(info.FullMethod, sinkMethodPrefix) {
+		return handler(ctx, req)
 	}
-	return ctx
+	c.inflight.Add(1)
+	defer c.inflight.Add(-1)
+	return handler(ctx, req)
 }
 
-// HandleRPC implements stats.Handler: it counts the marked RPCs between
-// their Begin and End.
-//
-// gRPC calls it for every event of every RPC (headers, payloads, …), so
-// it looks at the context (a walk up its chain) only for Begin and End.
-func (c *Connections) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	var delta int64
-	switch s.(type) {
-	case *stats.Begin:
-		delta = 1
-	case *stats.End:
-		delta = -1
-	default:
-		return
-	}
-	if !s.IsClient() && ctx.Value(sinkRPCKey{}) != nil {
-		c.inflight.Add(delta)
-	}
-}
+// sinkMethodPrefix starts the full method name of every Sink API RPC.
+const sinkMethodPrefix = "/" + ServiceName + "/"
 
 // Shutdown stops srv gracefully, in this order: connections still in
 // their handshake are closed (they carry no RPC) and new ones are refused;
