@@ -136,7 +136,12 @@ func newOpsHTTP(p httpParams) *HTTPEndpoint {
 		p.Log.Info("the HTTP operations endpoint is disabled (SINK_HTTP_ADDRESS=off): no /livez, /readyz or /metrics")
 		return nil
 	}
-	return opshttp.NewServer(opshttp.NewHandler(p.Monitor, p.Metrics.Handler(), p.Routes...),
+	routes := p.Routes
+	if p.Config.Observability.Profiling {
+		routes = append(slices.Clip(routes), opshttp.ProfilingRoutes()...)
+		p.Log.Warn("the HTTP operations endpoint serves the Go runtime's profiles (SINK_PROFILING=true) under " + opshttp.PathProfiles + ": keep it private")
+	}
+	return opshttp.NewServer(opshttp.NewHandler(p.Monitor, p.Metrics.Handler(), routes...),
 		opshttp.ServerConfig{Address: p.Config.HTTPAddress, Setting: "SINK_HTTP_ADDRESS", Logger: p.Log})
 }
 

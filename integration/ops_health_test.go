@@ -179,3 +179,17 @@ func TestOpsHTTPEndpointCanBeDisabled(t *testing.T) {
 		t.Fatalf("gRPC health without the HTTP endpoint: %v %v", st, err)
 	}
 }
+
+// The Go runtime's profiles are served on the operations endpoint only
+// with SINK_PROFILING=true.
+func TestOpsProfilesOnlyWhenEnabled(t *testing.T) {
+	off := sinktest.Start(t, nil)
+	if code, _, err := opsGet("http://" + off.HTTPAddr + "/debug/pprof/"); err != nil || code != http.StatusNotFound {
+		t.Fatalf("profiles by default: %d %v, want 404", code, err)
+	}
+	on := sinktest.Start(t, map[string]string{"SINK_PROFILING": "true"})
+	code, body, err := opsGet("http://" + on.HTTPAddr + "/debug/pprof/heap?debug=1")
+	if err != nil || code != http.StatusOK || !strings.Contains(body, "heap profile") {
+		t.Fatalf("heap profile with SINK_PROFILING=true: %d %v %.100q", code, err, body)
+	}
+}

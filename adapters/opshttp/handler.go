@@ -1,10 +1,12 @@
 // Package opshttp is the HTTP operations endpoint of every Sink process:
-// liveness (/livez), readiness (/readyz) and metrics (/metrics). It is the
-// health endpoint of the worker, which has no gRPC listener.
+// liveness (/livez), readiness (/readyz), metrics (/metrics) and, when
+// enabled, the Go runtime's profiles (/debug/pprof/). It is the health
+// endpoint of the worker, which has no gRPC listener.
 package opshttp
 
 import (
 	"net/http"
+	"net/http/pprof"
 )
 
 // Readiness reports whether the process is ready to serve, with a
@@ -33,7 +35,7 @@ type Route struct {
 //   - GET /readyz: 200 with the report when ready, 503 with the reason
 //     otherwise (a dependency does not answer, starting, shutting down);
 //   - GET /metrics: metrics (404 when metrics is nil);
-//   - the extra routes.
+//   - the extra routes (ProfilingRoutes among them when profiles are on).
 func NewHandler(ready Readiness, metrics http.Handler, routes ...Route) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathLive, func(w http.ResponseWriter, _ *http.Request) {
@@ -61,4 +63,23 @@ func text(w http.ResponseWriter, code int, body string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(body))
+}
+
+// PathProfiles is where ProfilingRoutes serve the Go runtime's profiles.
+const PathProfiles = "/debug/pprof/"
+
+// ProfilingRoutes returns the routes that serve the Go runtime's profiles
+// (net/http/pprof) under PathProfiles: the index, which links to the
+// named profiles (heap, allocs, goroutine, mutex, block, …), and the CPU
+// profile (/debug/pprof/profile?seconds=N) and execution trace
+// (/debug/pprof/trace?seconds=N), with symbol lookup for go tool pprof.
+func ProfilingRoutes() []Route {
+	return []Route{
+		{Pattern: "GET " + PathProfiles, Handler: http.HandlerFunc(pprof.Index)},
+		{Pattern: "GET " + PathProfiles + "cmdline", Handler: http.HandlerFunc(pprof.Cmdline)},
+		{Pattern: "GET " + PathProfiles + "profile", Handler: http.HandlerFunc(pprof.Profile)},
+		{Pattern: "GET " + PathProfiles + "symbol", Handler: http.HandlerFunc(pprof.Symbol)},
+		{Pattern: "POST " + PathProfiles + "symbol", Handler: http.HandlerFunc(pprof.Symbol)},
+		{Pattern: "GET " + PathProfiles + "trace", Handler: http.HandlerFunc(pprof.Trace)},
+	}
 }

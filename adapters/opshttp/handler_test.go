@@ -53,3 +53,26 @@ func TestLivenessAndReadinessAreSeparate(t *testing.T) {
 		t.Fatalf("metrics disabled: %d", code)
 	}
 }
+
+// The profiling routes serve the index, the named profiles and a CPU
+// profile; without them the paths are unknown.
+func TestProfilingRoutes(t *testing.T) {
+	r := &fakeReadiness{}
+	if code, _ := get(t, NewHandler(r, nil), PathProfiles); code != http.StatusNotFound {
+		t.Fatalf("profiles without ProfilingRoutes: %d", code)
+	}
+	h := NewHandler(r, nil, ProfilingRoutes()...)
+	if code, body := get(t, h, PathProfiles); code != http.StatusOK || !strings.Contains(body, "heap") || !strings.Contains(body, "goroutine") {
+		t.Fatalf("index: %d %.200q", code, body)
+	}
+	if code, body := get(t, h, PathProfiles+"goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "TestProfilingRoutes") {
+		t.Fatalf("goroutine profile: %d %.200q", code, body)
+	}
+	// A CPU profile is gzip-compressed protobuf.
+	if code, body := get(t, h, PathProfiles+"profile?seconds=1"); code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
+		t.Fatalf("CPU profile: %d %.40q", code, body)
+	}
+	if code, _ := get(t, h, PathProfiles+"cmdline"); code != http.StatusOK {
+		t.Fatalf("cmdline: %d", code)
+	}
+}

@@ -37,7 +37,7 @@ const (
 type Config struct {
 	Mode            string        `env:"SINK_MODE" envDefault:"server" desc:"Role of the process: server (gRPC API), worker (applies queued mutations), or all (both, sharing one storage and one Kafka client)."`
 	GRPCAddress     string        `env:"SINK_GRPC_ADDRESS" envDefault:":8080" desc:"Listen address of the gRPC API (server and all modes)."`
-	HTTPAddress     string        `env:"SINK_HTTP_ADDRESS" envDefault:":8081" desc:"Listen address of the HTTP operations endpoint in every mode: /livez (liveness), /readyz (readiness), /metrics (Prometheus) and, in worker and all modes, /healthz. The value off disables it."`
+	HTTPAddress     string        `env:"SINK_HTTP_ADDRESS" envDefault:":8081" desc:"Listen address of the HTTP operations endpoint in every mode: /livez (liveness), /readyz (readiness), /metrics (Prometheus), in worker and all modes /healthz, and with SINK_PROFILING /debug/pprof/. The value off disables it."`
 	Store           string        `env:"SINK_STORE" desc:"Name of the store this process serves. Requests naming another store get an error; an empty store in a request means this one."`
 	ShutdownTimeout time.Duration `env:"SINK_SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"How long a graceful shutdown may drain in-flight work before it is cut short."`
 	LogFormat       string        `env:"SINK_LOG_FORMAT" envDefault:"json" desc:"Log format: json or text."`
