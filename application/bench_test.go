@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -36,6 +37,37 @@ func BenchmarkSinglePut(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSingleMergeAndRead measures the application's cost of one
+// single-record merge (merge-patch on a small JSON record) and of one
+// single-record read, on memory storage (no gRPC): the shapes of the
+// merge and read cases of the gRPC single-operation benchmarks.
+func BenchmarkSingleMergeAndRead(b *testing.B) {
+	s, err := NewService(DefaultConfig(), memory.New(), []ports.MergeProfile{mergepatch.Profile{}}, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("merge", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			m := domain.Mutation{Kind: domain.MutationMerge, Address: listAddr(strconv.Itoa(i % 1000)), Merge: domain.MergeIntent{Profile: mergepatch.Name,
+				Intent: domain.Document{ContentType: domain.ContentTypeJSON, Data: fmt.Appendf(nil, `{"n":%d}`, i)}}}
+			res, err := s.Write(context.Background(), []domain.Mutation{m}, WaitUntilApplied)
+			if err != nil || res[0].Status != StatusApplied {
+				b.Fatal(err, res)
+			}
+		}
+	})
+	b.Run("read", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			res, err := s.Read(context.Background(), []domain.Address{listAddr(strconv.Itoa(i % 1000))})
+			if err != nil || res[0].Status != StatusFound {
+				b.Fatal(err, res)
+			}
+		}
+	})
 }
 
 // BenchmarkBatchPut500 measures the application's cost of one 500-put

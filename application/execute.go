@@ -17,11 +17,13 @@ import (
 // their errors. ctx is the caller's: it bounds its merge profiles and ends
 // its wait.
 type job struct {
-	ctx            context.Context
-	work           []domain.Mutation
-	valid          []int
-	results        []WriteResult
-	refs           func(int) opRef
+	ctx     context.Context
+	work    []domain.Mutation
+	valid   []int
+	results []WriteResult
+	refs    func(int) opRef
+	// ids: per mutation in valid, its record's ID (encoded once).
+	ids            []domain.RecordID
 	blockOnFailure bool
 	// shard is the write shard of the job's records, when it is batched.
 	shard int
@@ -55,10 +57,14 @@ type job struct {
 //
 // refs names the mutations in their errors.
 func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
-	j := &job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure}
+	ids := make([]domain.RecordID, len(work))
+	for _, i := range valid {
+		ids[i] = work[i].Address.ID()
+	}
+	j := &job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, ids: ids, blockOnFailure: blockOnFailure, queued: blockOnFailure}
 	shard := -1
 	if s.writes != nil {
-		shard = shardOf(len(s.writes), len(valid), func(k int) domain.RecordID { return work[valid[k]].Address.ID() })
+		shard = shardOf(len(s.writes), len(valid), func(k int) domain.RecordID { return ids[valid[k]] })
 	}
 	if shard < 0 {
 		s.applyJobs(ctx, []*job{j}, nil)
@@ -164,7 +170,7 @@ func (it item) pos() domain.SourcePosition {
 	}
 	return domain.SourcePosition{}
 }
-func (it item) rid() domain.RecordID   { return it.j.work[it.i].Address.ID() }
+func (it item) rid() domain.RecordID   { return it.j.ids[it.i] }
 func (it item) merge() bool            { return it.j.work[it.i].Kind == domain.MutationMerge }
 func (it item) retryableFailure() bool { e := it.j.results[it.i].Err; return e != nil && e.Retryable }
 
@@ -334,7 +340,7 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 		if len(ops) > 0 {
 			rids := make([]domain.RecordID, len(ops))
 			for k := range ops {
-				rids[k] = ops[k].Address.ID()
+				rids[k] = owners[k][0].rid()
 			}
 			var gens []uint64 // per op: the generation of the state a put writes, for the hint it leaves
 			if h != nil {
@@ -504,7 +510,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 	var unread []int // folds to read: indexes into folds
 	for k, u := range folds {
 		a := u[0].m().Address
-		id := a.ID()
+		id := u[0].rid()
 		if st, ok := h.get(id); ok {
 			current[k] = ports.ReadResult{Found: true, Record: domain.Record{Document: st.doc, Revision: st.rev, Mark: st.mark.mark}}
 			known[k] = st.mark.known

@@ -10,23 +10,35 @@ import (
 
 // opRef names an operation in error messages and logs: where it is (its
 // position in the client's request, or on the worker path the queued
-// mutation's id) and its kind ("read", "put", "merge", "delete").
+// mutation's id) and its kind ("read", "put", "merge", "delete"). Every
+// operation has one, few fail: the name is put together (at) only for an
+// error.
 type opRef struct {
-	at   string
-	kind string
+	index      int    // the position in the request, unless queued
+	mutationID string // the queued mutation's id
+	queued     bool
+	kind       string
+}
+
+// at returns where the operation is: "operations[3]" or "mutation <id>".
+func (r opRef) at() string {
+	if r.queued {
+		return "mutation " + r.mutationID
+	}
+	return "operations[" + strconv.Itoa(r.index) + "]"
 }
 
 // readRef names read operation i of a Read request.
-func readRef(i int) opRef { return opRef{at: "operations[" + strconv.Itoa(i) + "]", kind: "read"} }
+func readRef(i int) opRef { return opRef{index: i, kind: "read"} }
 
 // requestRef names mutation i of a Write or Delete request.
 func requestRef(i int, kind domain.MutationKind) opRef {
-	return opRef{at: "operations[" + strconv.Itoa(i) + "]", kind: kind.String()}
+	return opRef{index: i, kind: kind.String()}
 }
 
 // mutationRef names a queued mutation on the worker path.
 func mutationRef(m *domain.Mutation) opRef {
-	return opRef{at: "mutation " + m.ID, kind: m.Kind.String()}
+	return opRef{mutationID: m.ID, queued: true, kind: m.Kind.String()}
 }
 
 // Fields named by errors that no request field stands for better.
@@ -86,7 +98,7 @@ func newOpError(ref opRef, field string, code domain.Code, retryable bool, detai
 	return &domain.Error{
 		Code:      code,
 		Retryable: retryable,
-		Message:   ref.at + " (" + ref.kind + "): " + field + ": " + detail,
+		Message:   ref.at() + " (" + ref.kind + "): " + field + ": " + detail,
 		Cause:     &opDetail{ref: ref, field: field, detail: detail, cause: cause},
 	}
 }

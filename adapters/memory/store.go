@@ -26,9 +26,13 @@ type entry struct {
 	mark domain.AppliedMark
 }
 
+// shard holds records by ID. Entries are updated in place under the
+// write lock, so that rewriting a record neither allocates its ID again
+// nor touches the map; lookups take the ID as bytes encoded on the stack
+// (see key).
 type shard struct {
 	mu      sync.RWMutex
-	records map[domain.RecordID]entry
+	records map[domain.RecordID]*entry
 }
 
 // Store keeps records in memory. Revisions come from one store-wide counter
@@ -45,7 +49,7 @@ type Store struct {
 func New(opts ...Option) *Store {
 	s := &Store{seed: maphash.MakeSeed()}
 	for i := range s.shards {
-		s.shards[i].records = make(map[domain.RecordID]entry)
+		s.shards[i].records = make(map[domain.RecordID]*entry)
 	}
 	for _, o := range opts {
 		o(s)
@@ -53,8 +57,12 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-func (s *Store) shard(id domain.RecordID) *shard {
-	return &s.shards[maphash.String(s.seed, string(id))%shards]
+// key returns a's record ID as bytes, encoded in buf when it fits; a map
+// index with domain.RecordID(key) does not allocate.
+func key(buf *[96]byte, a domain.Address) []byte { return domain.AppendAddress(buf[:0], a) }
+
+func (s *Store) shard(key []byte) *shard {
+	return &s.shards[maphash.Bytes(s.seed, key)%shards]
 }
 
 func clone(d domain.Document) domain.Document {
@@ -112,13 +120,18 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 		}
 		return out
 	}
+	var buf [96]byte
 	for i, a := range addrs {
-		id := a.ID()
-		sh := s.shard(id)
+		k := key(&buf, a)
+		sh := s.shard(k)
 		sh.mu.RLock()
-		e, ok := sh.records[id]
+		var e entry
+		p := sh.records[domain.RecordID(k)]
+		if p != nil {
+			e = *p // (a write replaces the fields, never the bytes they hold)
+		}
 		sh.mu.RUnlock()
-		if ok {
+		if p != nil {
 			out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: clone(e.doc), Revision: e.rev, Mark: shared(e.mark)}}
 		}
 	}
@@ -144,11 +157,17 @@ func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteRes
 }
 
 func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
-	id := op.Address.ID()
-	sh := s.shard(id)
+	var buf [96]byte
+	k := key(&buf, op.Address)
+	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	cur, exists := sh.records[id]
+	p := sh.records[domain.RecordID(k)]
+	exists := p != nil
+	var cur entry
+	if exists {
+		cur = *p
+	}
 	if op.Mark != nil && exists {
 		if err := ports.CheckMark(op, cur.mark); err != nil {
 			return *err
@@ -172,7 +191,7 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 		}
 	}
 	if op.Kind == ports.WriteDelete {
-		delete(sh.records, id)
+		delete(sh.records, domain.RecordID(k))
 		return ports.WriteResult{Existed: exists}
 	}
 	rev := domain.Revision(strconv.FormatUint(s.seq.Add(1), 10))
@@ -180,7 +199,11 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 	if op.Mark != nil {
 		mark = advance(mark, op.Mark, rev)
 	}
-	sh.records[id] = entry{doc: clone(op.Document), rev: rev, mark: mark}
+	if exists {
+		*p = entry{doc: clone(op.Document), rev: rev, mark: mark}
+	} else {
+		sh.records[domain.RecordID(k)] = &entry{doc: clone(op.Document), rev: rev, mark: mark}
+	}
 	return ports.WriteResult{Revision: rev, Existed: exists}
 }
 

@@ -105,3 +105,29 @@ func TestConditionMessagesRenderRevisionsInBase64(t *testing.T) {
 		t.Fatalf("failed conditional operations changed the store: %+v", snap)
 	}
 }
+
+// Reading a record and rewriting it allocate only the results, the
+// document's copy and the revision: not the record's ID (an address
+// longer than the runtime's 32-byte stack buffer for strings).
+func TestReadAndRewriteDoNotAllocateTheRecordID(t *testing.T) {
+	s := memory.New()
+	a := domain.Address{Store: "primary", Namespace: "bench", Dataset: "single-merge", Key: domain.StringKey("a-key-of-some-length")}
+	if n := len(domain.AppendAddress(nil, a)); n <= 32 {
+		t.Fatalf("the address encodes to %d bytes; the test needs more than 32", n)
+	}
+	ops := []ports.WriteOp{{Kind: ports.WritePut, Address: a, Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"n":1}`)}}}
+	addrs := []domain.Address{a}
+	ctx := t.Context()
+	if r := s.Write(ctx, ops); r[0].Err != nil {
+		t.Fatal(r[0].Err)
+	}
+	if n := testing.AllocsPerRun(200, func() { s.Read(ctx, addrs) }); n > 2 {
+		t.Errorf("a read allocates %v times, want at most 2 (results, document)", n)
+	}
+	if n := testing.AllocsPerRun(200, func() { s.Write(ctx, ops) }); n > 3 {
+		t.Errorf("a rewrite allocates %v times, want at most 3 (results, document, revision)", n)
+	}
+	if got := s.Read(ctx, addrs); !got[0].Found || string(got[0].Record.Document.Data) != `{"n":1}` {
+		t.Fatalf("read back: %+v", got[0])
+	}
+}
