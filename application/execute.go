@@ -540,13 +540,22 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 	members := make([]*foldWrite, 0, len(folds))
 	fws := make([]foldWrite, len(folds))
 	marks := newMarkAlloc(len(folds))
-	n := 0
+	n, marked := 0, false
 	for _, u := range folds {
 		n += len(u)
+		for _, it := range u {
+			marked = marked || it.markID() != ""
+		}
 	}
-	idBuf := make([]string, 0, n) // the folds' ids, one after another
+	// The folds' mark IDs and applied merges, one fold after another, each
+	// in one allocation.
+	var idBuf []string
+	if marked {
+		idBuf = make([]string, 0, n)
+	}
+	appliedBuf := make([]item, 0, n)
 	for k, u := range folds {
-		r := current[k]
+		r := &current[k]
 		if r.Err != nil {
 			for _, it := range u {
 				it.fail(opError(it.ref(), fieldAddress, r.Err))
@@ -561,6 +570,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		}
 		f := &fws[k]
 		f.base = knownMark{mark: r.Record.Mark, known: known[k]}
+		f.applied = appliedBuf[len(appliedBuf):len(appliedBuf)]
 		ids := idBuf[len(idBuf):] // mark IDs of the applied merges
 		var pos domain.SourcePosition
 		var stopped map[*job]string // blockOnFailure jobs with a retryable failure in this fold
@@ -616,6 +626,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 				pos = p
 			}
 		}
+		appliedBuf = appliedBuf[:len(appliedBuf)+len(f.applied)]
 		if len(f.applied) == 0 { // (then there are no repeats either)
 			continue
 		}

@@ -52,3 +52,21 @@ func TestIsMediaTypeAgreesWithMediaType(t *testing.T) {
 		}
 	}
 }
+
+// MediaType's shortcut for bare media types returns what parsing returns,
+// and accepts nothing that parsing rejects.
+func FuzzMediaTypeShortcut(f *testing.F) {
+	for _, s := range []string{"application/json", "application/bson", "APPLICATION/JSON", "application/json; charset=utf-8", "a/b", "/b", "a/", "a//b",
+		"a/b/c", "text/plain", "application/vnd.api+json", "application/x-www-form-urlencoded", "a/b=", "a(b/c", "a/b\x7f", "a/\xc3\xa9", "", "ab"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ct string) {
+		if !domain.BareMediaTypeForTest(ct) {
+			return
+		}
+		mt, err := domain.ParseMediaTypeForTest(ct)
+		if err != nil || mt != ct {
+			t.Fatalf("%q: the shortcut returns it as is, parsing returns %q, %v", ct, mt, err)
+		}
+	})
+}

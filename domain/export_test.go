@@ -1,0 +1,7 @@
+package domain
+
+// Internals that the external tests (package domain_test) hold to account.
+var (
+	BareMediaTypeForTest  = bareMediaType
+	ParseMediaTypeForTest = parseMediaType
+)
