@@ -113,6 +113,9 @@ type Metrics struct {
 	storageDuration *prometheus.HistogramVec
 	storageOps      *prometheus.CounterVec
 	combined        *prometheus.HistogramVec
+	// storageSeries: the three above for this store, per storage call
+	// (resolved once: every operation reports them).
+	storageSeries [ports.StorageWrite + 1]storageSeries
 
 	publishDuration prometheus.Histogram
 	published       prometheus.Counter
@@ -153,6 +156,21 @@ type rpcSeries struct {
 type opKey struct {
 	d domain.DatasetRef
 	o ports.OperationOutcome // without its dataset
+}
+
+// storageSeries are the storage metrics of one kind of storage call.
+type storageSeries struct {
+	dur, combined prometheus.Observer
+	ops           prometheus.Counter
+}
+
+// storage returns the series of call.
+func (m *Metrics) storage(call ports.StorageCall) storageSeries {
+	if int(call) < len(m.storageSeries) && m.storageSeries[call].dur != nil {
+		return m.storageSeries[call]
+	}
+	c := call.String()
+	return storageSeries{dur: m.storageDuration.WithLabelValues(m.store, c), combined: m.combined.WithLabelValues(m.store, c), ops: m.storageOps.WithLabelValues(m.store, c)}
 }
 
 // cached returns the series of key from c, resolving and (within the
@@ -269,6 +287,9 @@ func New(opts Options) *Metrics {
 		datasets: newLimiter(opts.MaxDatasets),
 		reasons:  newLimiter(MaxReasons),
 	}
+	for _, call := range []ports.StorageCall{ports.StorageRead, ports.StorageWrite} {
+		m.storageSeries[call] = m.storage(call)
+	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -301,14 +322,14 @@ func (m *Metrics) RPC(method string, code codes.Code, d time.Duration) {
 
 // StorageCall implements ports.StorageObserver.
 func (m *Metrics) StorageCall(call ports.StorageCall, n int, d time.Duration) {
-	c := call.String()
-	m.storageDuration.WithLabelValues(m.store, c).Observe(d.Seconds())
-	m.storageOps.WithLabelValues(m.store, c).Add(float64(n))
+	ss := m.storage(call)
+	ss.dur.Observe(d.Seconds())
+	ss.ops.Add(float64(n))
 }
 
 // Combined implements ports.StorageObserver.
 func (m *Metrics) Combined(call ports.StorageCall, callers int) {
-	m.combined.WithLabelValues(m.store, call.String()).Observe(float64(callers))
+	m.storage(call).combined.Observe(float64(callers))
 }
 
 // QueuePublish implements ports.QueueObserver.
