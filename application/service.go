@@ -264,11 +264,8 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		return nil, domain.Errorf(domain.CodeInvalidArgument, "unknown completion mode %d", completion)
 	}
 
-	results := make([]WriteResult, len(muts))
-	work := make([]domain.Mutation, len(muts))
+	results, work, valid, v := mutateSlices(len(muts))
 	copy(work, muts)
-	v := newVerdicts(len(muts))
-	valid := make([]int, 0, len(muts))
 	cost := 0
 	now := s.now()
 	// keyed: the first operation of each (record, idempotency key);
@@ -357,6 +354,28 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	}
 	s.execute(ctx, work, valid, results, refs, false)
 	return results, nil
+}
+
+// oneMutation holds mutate's per-operation slices for a request of one
+// operation (the single-record form, which most requests are) in one
+// allocation instead of five.
+type oneMutation struct {
+	results  [1]WriteResult
+	work     [1]domain.Mutation
+	valid    [1]int
+	datasets [1]domain.DatasetRef
+	admitted [1]bool
+}
+
+// mutateSlices returns mutate's per-operation slices for n operations:
+// results, the working copy of the mutations, the valid indexes (empty,
+// with room for n) and the verdicts.
+func mutateSlices(n int) ([]WriteResult, []domain.Mutation, []int, verdicts) {
+	if n == 1 {
+		one := new(oneMutation)
+		return one.results[:], one.work[:], one.valid[:0], verdicts{datasets: one.datasets[:], admitted: one.admitted[:]}
+	}
+	return make([]WriteResult, n), make([]domain.Mutation, n), make([]int, 0, n), newVerdicts(n)
 }
 
 // keyedRecord is an idempotency key on one record (a key's scope).
