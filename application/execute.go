@@ -570,7 +570,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		}
 		f := &fws[k]
 		f.base = knownMark{mark: r.Record.Mark, known: known[k]}
-		f.applied = appliedBuf[len(appliedBuf):len(appliedBuf)]
+		f.applied = appliedBuf[len(appliedBuf):]
 		ids := idBuf[len(idBuf):] // mark IDs of the applied merges
 		var pos domain.SourcePosition
 		var stopped map[*job]string // blockOnFailure jobs with a retryable failure in this fold
