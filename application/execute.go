@@ -22,7 +22,7 @@ type job struct {
 	valid   []int
 	results []WriteResult
 	refs    func(int) opRef
-	// ids: per mutation in valid, its record's ID (encoded once).
+	// ids[i]: the record ID of work[i], for i in valid (encoded once).
 	ids            []domain.RecordID
 	blockOnFailure bool
 	// shard is the write shard of the job's records, when it is batched.

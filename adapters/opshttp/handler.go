@@ -6,7 +6,6 @@ package opshttp
 
 import (
 	"net/http"
-	"net/http/pprof"
 )
 
 // Readiness reports whether the process is ready to serve, with a
@@ -63,23 +62,4 @@ func text(w http.ResponseWriter, code int, body string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(body))
-}
-
-// PathProfiles is where ProfilingRoutes serve the Go runtime's profiles.
-const PathProfiles = "/debug/pprof/"
-
-// ProfilingRoutes returns the routes that serve the Go runtime's profiles
-// (net/http/pprof) under PathProfiles: the index, which links to the
-// named profiles (heap, allocs, goroutine, mutex, block, …), and the CPU
-// profile (/debug/pprof/profile?seconds=N) and execution trace
-// (/debug/pprof/trace?seconds=N), with symbol lookup for go tool pprof.
-func ProfilingRoutes() []Route {
-	return []Route{
-		{Pattern: "GET " + PathProfiles, Handler: http.HandlerFunc(pprof.Index)},
-		{Pattern: "GET " + PathProfiles + "cmdline", Handler: http.HandlerFunc(pprof.Cmdline)},
-		{Pattern: "GET " + PathProfiles + "profile", Handler: http.HandlerFunc(pprof.Profile)},
-		{Pattern: "GET " + PathProfiles + "symbol", Handler: http.HandlerFunc(pprof.Symbol)},
-		{Pattern: "POST " + PathProfiles + "symbol", Handler: http.HandlerFunc(pprof.Symbol)},
-		{Pattern: "GET " + PathProfiles + "trace", Handler: http.HandlerFunc(pprof.Trace)},
-	}
 }

@@ -54,12 +54,16 @@ func TestLivenessAndReadinessAreSeparate(t *testing.T) {
 	}
 }
 
-// The profiling routes serve the index, the named profiles and a CPU
-// profile; without them the paths are unknown.
+// The profiling routes serve the index, the named profiles, a CPU profile
+// and a trace; without them the paths are unknown, and they never appear
+// on http.DefaultServeMux.
 func TestProfilingRoutes(t *testing.T) {
 	r := &fakeReadiness{}
 	if code, _ := get(t, NewHandler(r, nil), PathProfiles); code != http.StatusNotFound {
 		t.Fatalf("profiles without ProfilingRoutes: %d", code)
+	}
+	if code, _ := get(t, http.DefaultServeMux, PathProfiles); code != http.StatusNotFound {
+		t.Fatalf("http.DefaultServeMux serves %s: %d", PathProfiles, code)
 	}
 	h := NewHandler(r, nil, ProfilingRoutes()...)
 	if code, body := get(t, h, PathProfiles); code != http.StatusOK || !strings.Contains(body, "heap") || !strings.Contains(body, "goroutine") {
@@ -68,11 +72,18 @@ func TestProfilingRoutes(t *testing.T) {
 	if code, body := get(t, h, PathProfiles+"goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "TestProfilingRoutes") {
 		t.Fatalf("goroutine profile: %d %.200q", code, body)
 	}
-	// A CPU profile is gzip-compressed protobuf.
-	if code, body := get(t, h, PathProfiles+"profile?seconds=1"); code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
-		t.Fatalf("CPU profile: %d %.40q", code, body)
+	// Profiles in go tool pprof's format are gzip-compressed protobuf.
+	for _, p := range []string{"heap", "allocs", "profile?seconds=1"} {
+		if code, body := get(t, h, PathProfiles+p); code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
+			t.Fatalf("%s: %d %.40q", p, code, body)
+		}
 	}
-	if code, _ := get(t, h, PathProfiles+"cmdline"); code != http.StatusOK {
-		t.Fatalf("cmdline: %d", code)
+	if code, body := get(t, h, PathProfiles+"trace?seconds=1"); code != http.StatusOK || !strings.HasPrefix(body, "go 1.") {
+		t.Fatalf("trace: %d %.40q", code, body)
+	}
+	for _, p := range []string{"nosuchprofile", "profile?seconds=0", "profile?seconds=301", "trace?seconds=x"} {
+		if code, _ := get(t, h, PathProfiles+p); code != http.StatusNotFound && code != http.StatusBadRequest {
+			t.Fatalf("%s: %d, want 404 or 400", p, code)
+		}
 	}
 }

@@ -22,7 +22,7 @@ type ObservabilityConfig struct {
 	HealthInterval     time.Duration `env:"SINK_HEALTH_INTERVAL" desc:"How often the dependencies (storage, and Kafka where configured) are checked; readiness (gRPC health, /readyz) follows their answers."`
 	HealthTimeout      time.Duration `env:"SINK_HEALTH_TIMEOUT" desc:"How long one dependency check may take before the dependency counts as down."`
 	MetricsMaxDatasets int           `env:"SINK_METRICS_MAX_DATASETS" desc:"Distinct store/namespace/dataset label sets kept in metrics; operations on further datasets are counted under \"_other\" (clients choose these names, so this bounds the number of series)."`
-	Profiling          bool          `env:"SINK_PROFILING" envDefault:"false" desc:"Serve the Go runtime's profiles (net/http/pprof) under /debug/pprof/ on the HTTP operations endpoint. Off by default: they show the process's internals to whoever reaches the endpoint, and a CPU profile or trace costs processor time while it runs."`
+	Profiling          bool          `env:"SINK_PROFILING" envDefault:"false" desc:"Serve the Go runtime's profiles under /debug/pprof/ on the HTTP operations endpoint (CPU, heap, allocation and goroutine profiles for go tool pprof; execution traces for go tool trace). Off by default: they show the process's internals to whoever reaches the endpoint, and a CPU profile or trace costs processor time while it runs."`
 }
 
 // healthNames and metricsNames map the words of
