@@ -32,12 +32,28 @@ func (s *Server) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.Rea
 	if err != nil {
 		return nil, StatusError(err)
 	}
+	// The results, their documents and their revisions each take one
+	// allocation for the whole response (a batch of 500 made 1,500).
 	out := &sinkv1.ReadResponse{Results: make([]*sinkv1.ReadResult, len(results))}
-	for i, r := range results {
-		res := &sinkv1.ReadResult{Index: uint32(i), Status: toStatus(r.Status), Error: operationError(r.Err)}
+	rs := make([]sinkv1.ReadResult, len(results))
+	found, revBytes := 0, 0
+	for _, r := range results {
 		if r.Status == application.StatusFound {
-			res.Document = &sinkv1.Document{ContentType: r.Record.Document.ContentType, Data: r.Record.Document.Data}
-			res.Revision = []byte(r.Record.Revision)
+			found++
+			revBytes += len(r.Record.Revision)
+		}
+	}
+	docs := make([]sinkv1.Document, found)
+	revs := make([]byte, 0, revBytes)
+	for i, r := range results {
+		res := &rs[i]
+		res.Index, res.Status, res.Error = uint32(i), toStatus(r.Status), operationError(r.Err)
+		if r.Status == application.StatusFound {
+			d := &docs[len(docs)-found]
+			found--
+			d.ContentType, d.Data = r.Record.Document.ContentType, r.Record.Document.Data
+			res.Document = d
+			res.Revision, revs = appendRevision(revs, r.Record.Revision)
 		}
 		out.Results[i] = res
 	}
@@ -78,11 +94,17 @@ func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.W
 		return nil, StatusError(err)
 	}
 	out := &sinkv1.WriteResponse{Results: make([]*sinkv1.WriteResult, len(results))}
+	rs := make([]sinkv1.WriteResult, len(results))
+	revBytes := 0
+	for _, r := range results {
+		revBytes += len(r.Revision)
+	}
+	revs := make([]byte, 0, revBytes)
 	for i, r := range results {
-		out.Results[i] = &sinkv1.WriteResult{
-			Index: uint32(i), Status: toStatus(r.Status), Revision: []byte(r.Revision),
-			Error: operationError(r.Err), MutationId: r.MutationID,
-		}
+		res := &rs[i]
+		res.Index, res.Status, res.Error, res.MutationId = uint32(i), toStatus(r.Status), operationError(r.Err), r.MutationID
+		res.Revision, revs = appendRevision(revs, r.Revision)
+		out.Results[i] = res
 	}
 	return out, nil
 }
@@ -107,12 +129,25 @@ func (s *Server) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*sinkv1
 		return nil, StatusError(err)
 	}
 	out := &sinkv1.DeleteResponse{Results: make([]*sinkv1.DeleteResult, len(results))}
+	rs := make([]sinkv1.DeleteResult, len(results))
 	for i, r := range results {
-		out.Results[i] = &sinkv1.DeleteResult{
-			Index: uint32(i), Status: toStatus(r.Status), Error: operationError(r.Err), MutationId: r.MutationID,
-		}
+		res := &rs[i]
+		res.Index, res.Status, res.Error, res.MutationId = uint32(i), toStatus(r.Status), operationError(r.Err), r.MutationID
+		out.Results[i] = res
 	}
 	return out, nil
+}
+
+// appendRevision appends rev to buf and returns its bytes there (nil when
+// it is empty) and the grown buf. The bytes are capped, so that appending
+// to one revision never overwrites the next.
+func appendRevision(buf []byte, rev domain.Revision) ([]byte, []byte) {
+	if rev == "" {
+		return nil, buf
+	}
+	start := len(buf)
+	buf = append(buf, rev...)
+	return buf[start:len(buf):len(buf)], buf
 }
 
 // withKey makes a client's idempotency key the mutation's ID (the

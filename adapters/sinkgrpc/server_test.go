@@ -1,0 +1,97 @@
+package sinkgrpc
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+)
+
+// A batch's results share their allocations (results, documents,
+// revisions): each still holds its own operation's outcome, revisions do
+// not overlap, and an operation without a revision or document has none.
+func TestBatchResponsesKeepEachResultApart(t *testing.T) {
+	srv, _ := keyServer(t)
+	ctx := t.Context()
+	addr := func(k string) *sinkv1.RecordAddress {
+		return &sinkv1.RecordAddress{Namespace: "n", Dataset: "d", Key: &sinkv1.RecordKey{Kind: &sinkv1.RecordKey_String_{String_: k}}}
+	}
+	const n = 5
+	var ops []*sinkv1.WriteOperation
+	for i := range n {
+		ops = append(ops, &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{
+			Address: addr(fmt.Sprint("k", i)), Document: jsonDoc(fmt.Sprintf(`{"i":%d}`, i))}}})
+	}
+	// An invalid operation in the middle: no revision.
+	ops = append(ops[:2], append([]*sinkv1.WriteOperation{{Kind: &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{
+		Address: addr("bad"), Document: &sinkv1.Document{Data: []byte(`{}`)}}}}}, ops[2:]...)...)
+	w, err := srv.Write(ctx, &sinkv1.WriteRequest{Operations: ops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs := map[string]string{}
+	for i, r := range w.GetResults() {
+		if int(r.GetIndex()) != i {
+			t.Fatalf("result %d has index %d", i, r.GetIndex())
+		}
+		if i == 2 {
+			if r.GetStatus() != sinkv1.OperationStatus_OPERATION_STATUS_FAILED || r.GetError() == nil || r.Revision != nil {
+				t.Fatalf("the invalid put: %v", r)
+			}
+			continue
+		}
+		if r.GetStatus() != sinkv1.OperationStatus_OPERATION_STATUS_APPLIED || len(r.GetRevision()) == 0 || cap(r.GetRevision()) != len(r.GetRevision()) {
+			t.Fatalf("put %d: %v (revision capacity %d)", i, r, cap(r.GetRevision()))
+		}
+		revs[ops[i].GetPut().GetAddress().GetKey().GetString_()] = string(r.GetRevision())
+	}
+	if len(revs) != n {
+		t.Fatalf("%d distinct records written, want %d", len(revs), n)
+	}
+	var reads []*sinkv1.ReadOperation
+	for i := range n {
+		reads = append(reads, &sinkv1.ReadOperation{Address: addr(fmt.Sprint("k", n-1-i))})
+		if i == 1 {
+			reads = append(reads, &sinkv1.ReadOperation{Address: addr("missing")})
+		}
+	}
+	got, err := srv.Read(ctx, &sinkv1.ReadRequest{Operations: reads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, r := range got.GetResults() {
+		k := reads[i].GetAddress().GetKey().GetString_()
+		if k == "missing" {
+			if r.GetStatus() != sinkv1.OperationStatus_OPERATION_STATUS_NOT_FOUND || r.Document != nil || r.Revision != nil {
+				t.Fatalf("the missing record: %v", r)
+			}
+			continue
+		}
+		var want int
+		fmt.Sscanf(k, "k%d", &want)
+		if r.GetStatus() != sinkv1.OperationStatus_OPERATION_STATUS_FOUND || string(r.GetDocument().GetData()) != fmt.Sprintf(`{"i":%d}`, want) ||
+			string(r.GetRevision()) != revs[k] || cap(r.GetRevision()) != len(r.GetRevision()) {
+			t.Fatalf("read %d (%s): %v, want revision %q", i, k, r, revs[k])
+		}
+		if seen[string(r.GetRevision())] {
+			t.Fatalf("revision %q twice", r.GetRevision())
+		}
+		seen[string(r.GetRevision())] = true
+		// The response marshals as if every result had its own storage.
+		if _, err := proto.Marshal(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del, err := srv.Delete(ctx, &sinkv1.DeleteRequest{Operations: []*sinkv1.DeleteOperation{{Address: addr("k0")}, {Address: addr("missing")}, {Address: addr("k1")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range del.GetResults() {
+		if int(r.GetIndex()) != i || r.GetStatus() != sinkv1.OperationStatus_OPERATION_STATUS_APPLIED && !(i == 1 && r.GetStatus() == sinkv1.OperationStatus_OPERATION_STATUS_NOT_FOUND) {
+			t.Fatalf("delete %d: %v", i, r)
+		}
+	}
+}
