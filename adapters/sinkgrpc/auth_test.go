@@ -79,8 +79,8 @@ func startServer(t *testing.T, a ports.Authenticator, log *slog.Logger, maxWatch
 	if a != nil {
 		opts = append(opts, NewAuthentication(a, log).ServerOptions()...)
 	}
-	opts = append(append(opts, grpc.ChainStreamInterceptor(ts.streams.Interceptor())), ts.conns.ServerOptions()...)
-	ts.srv = NewGRPCServer(ts.api, health.NewServer(), 64<<20, append(opts, extra...)...)
+	opts = append(opts, grpc.ChainStreamInterceptor(ts.streams.Interceptor()))
+	ts.srv = NewGRPCServer(ts.conns.Track(ts.api), health.NewServer(), 64<<20, append(opts, extra...)...)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -58,8 +58,7 @@ func NewListener(api *Server, hs *health.Server, cfg ListenerConfig) *Listener {
 	l := &Listener{cfg: cfg, health: hs, conns: NewConnections(cfg.Logger), streams: NewStreamCloser(cfg.MaxHealthWatchers),
 		ep: listen.NewEndpoint(cfg.Address, cfg.Setting)}
 	opts := append(append([]grpc.ServerOption{}, cfg.Options...), grpc.ChainStreamInterceptor(l.streams.Interceptor()))
-	opts = append(opts, l.conns.ServerOptions()...)
-	l.srv = NewGRPCServer(api, hs, cfg.MaxRequestBytes, opts...)
+	l.srv = NewGRPCServer(l.conns.Track(api), hs, cfg.MaxRequestBytes, opts...)
 	return l
 }
 

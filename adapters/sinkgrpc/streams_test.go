@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -172,4 +173,63 @@ func TestHealthWatchersAreBounded(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a watcher after one left: %v", err)
 	}
+}
+
+// Every RPC of the Sink service is counted in flight while its handler
+// runs: the tracked API has a method for each (a new RPC without one
+// would go uncounted through the embedded interface).
+func TestTrackCountsEverySinkRPC(t *testing.T) {
+	c := NewConnections(slog.New(slog.DiscardHandler))
+	api := &blockingAPI{entered: make(chan int64, 1), release: make(chan struct{}), c: c}
+	tracked := c.Track(api)
+	srv := NewGRPCServer(tracked, health.NewServer(), 1<<20)
+	if got, want := len(srv.GetServiceInfo()[ServiceName].Methods), len(sinkv1.Sink_ServiceDesc.Methods); got != want {
+		t.Fatalf("%d methods served, %d in the service", got, want)
+	}
+	calls := map[string]func(){
+		"Read":   func() { _, _ = tracked.Read(t.Context(), &sinkv1.ReadRequest{}) },
+		"Write":  func() { _, _ = tracked.Write(t.Context(), &sinkv1.WriteRequest{}) },
+		"Delete": func() { _, _ = tracked.Delete(t.Context(), &sinkv1.DeleteRequest{}) },
+	}
+	for _, m := range sinkv1.Sink_ServiceDesc.Methods {
+		call, ok := calls[m.MethodName]
+		if !ok {
+			t.Fatalf("RPC %s: the test does not call it (and Track may not count it)", m.MethodName)
+		}
+		done := make(chan struct{})
+		go func() { call(); close(done) }()
+		if n := <-api.entered; n != 1 {
+			t.Errorf("%s: %d in flight while it runs, want 1", m.MethodName, n)
+		}
+		api.release <- struct{}{}
+		<-done
+		if n := c.InFlight(); n != 0 {
+			t.Errorf("%s: %d in flight after it returned", m.MethodName, n)
+		}
+	}
+}
+
+// blockingAPI reports the in-flight count when a call enters, then waits.
+type blockingAPI struct {
+	sinkv1.UnimplementedSinkServer
+	entered chan int64
+	release chan struct{}
+	c       *Connections
+}
+
+func (b *blockingAPI) wait() { b.entered <- int64(b.c.InFlight()); <-b.release }
+
+func (b *blockingAPI) Read(context.Context, *sinkv1.ReadRequest) (*sinkv1.ReadResponse, error) {
+	b.wait()
+	return &sinkv1.ReadResponse{}, nil
+}
+
+func (b *blockingAPI) Write(context.Context, *sinkv1.WriteRequest) (*sinkv1.WriteResponse, error) {
+	b.wait()
+	return &sinkv1.WriteResponse{}, nil
+}
+
+func (b *blockingAPI) Delete(context.Context, *sinkv1.DeleteRequest) (*sinkv1.DeleteResponse, error) {
+	b.wait()
+	return &sinkv1.DeleteResponse{}, nil
 }
