@@ -87,3 +87,29 @@ func TestProfilingRoutes(t *testing.T) {
 		}
 	}
 }
+
+// One CPU profile runs at a time: a second one is refused with 409 while
+// the first runs.
+func TestProfilingRoutesRunOneCPUProfileAtATime(t *testing.T) {
+	srv := httptest.NewServer(NewHandler(&fakeReadiness{}, nil, ProfilingRoutes()...))
+	defer srv.Close()
+	first, err := http.Get(srv.URL + PathProfiles + "profile?seconds=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Body.Close()
+	// The headers arrive once the first profile has started; its body
+	// comes when it ends.
+	second, err := http.Get(srv.URL + PathProfiles + "profile?seconds=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Body.Close()
+	if second.StatusCode != http.StatusConflict {
+		t.Fatalf("a second CPU profile while one runs: %d, want 409", second.StatusCode)
+	}
+	body, _ := io.ReadAll(first.Body)
+	if first.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "\x1f\x8b") {
+		t.Fatalf("the first profile: %d %.40q", first.StatusCode, body)
+	}
+}

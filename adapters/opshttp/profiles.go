@@ -2,6 +2,7 @@ package opshttp
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"runtime/pprof"
 	"runtime/trace"
@@ -72,33 +73,36 @@ func namedProfile(w http.ResponseWriter, r *http.Request) {
 }
 
 func cpuProfile(w http.ResponseWriter, r *http.Request) {
-	d, ok := profileDuration(w, r)
-	if !ok {
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", `attachment; filename="profile"`)
-	if err := pprof.StartCPUProfile(w); err != nil {
-		text(w, http.StatusConflict, "cannot start a CPU profile: "+err.Error()+"\n")
-		return
-	}
-	waitFor(r, d)
-	pprof.StopCPUProfile()
+	record(w, r, "profile", pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
 func executionTrace(w http.ResponseWriter, r *http.Request) {
+	record(w, r, "trace", trace.Start, trace.Stop)
+}
+
+// record serves what start writes to the response until the duration the
+// request asks for has passed (or the client went away) and stop is
+// called: a CPU profile or an execution trace, of which one runs at a
+// time (409 when another is running). The response's headers go out as
+// soon as recording started.
+func record(w http.ResponseWriter, r *http.Request, name string, start func(io.Writer) error, stop func()) {
 	d, ok := profileDuration(w, r)
 	if !ok {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", `attachment; filename="trace"`)
-	if err := trace.Start(w); err != nil {
-		text(w, http.StatusConflict, "cannot start a trace: "+err.Error()+"\n")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	if err := start(w); err != nil { // (nothing written yet)
+		w.Header().Del("Content-Disposition")
+		text(w, http.StatusConflict, "cannot start the "+name+": "+err.Error()+"\n")
 		return
 	}
+	// Send the headers now: the client learns that recording started.
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 	waitFor(r, d)
-	trace.Stop()
+	stop()
 }
 
 // profileDuration returns the seconds parameter as a duration, or answers
