@@ -197,6 +197,12 @@ func (s *Service) applyJobs(ctx context.Context, jobs []*job, h *hintTable) {
 		s.applyWave(ctx, []unit{{item{jobs[0], jobs[0].valid[0]}}}, h)
 		return
 	}
+	s.applyWaves(ctx, jobs, h)
+}
+
+// applyWaves is applyJobs for more than one mutation. (A function of its
+// own, so that a single mutation's stack does not carry its frame.)
+func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 	type seq struct {
 		n    int // units so far
 		last int // index of the record's last unit in its wave, -1 for none
@@ -295,35 +301,7 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 	if len(units) == 0 {
 		return
 	}
-	ops := make([]ports.WriteOp, 0, len(units))
-	owners := make([]unit, 0, len(units))
-	// bases: per write op, the record's applied mark before it, as far as
-	// the service knows it (for the hint the write leaves).
-	bases := make([]knownMark, 0, len(units))
-	marks := newMarkAlloc(len(units))
-	var folds []unit
-	for _, u := range units {
-		it := u[0]
-		m := it.m()
-		switch m.Kind {
-		case domain.MutationPut:
-			ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: m.Document, Condition: putCondition(m), Mark: s.markUpdate(it, marks)})
-			owners = append(owners, u)
-			// What the record's mark holds before an unconditional put is
-			// not known (a hint may be stale); see the hint it leaves.
-			bases = append(bases, knownMark{})
-		case domain.MutationDelete:
-			c := ports.Condition{Kind: ports.ConditionNone}
-			if !m.ExpectedRevision.IsZero() {
-				c = ports.Condition{Kind: ports.ConditionRevision, Revision: m.ExpectedRevision}
-			}
-			ops = append(ops, ports.WriteOp{Kind: ports.WriteDelete, Address: m.Address, Condition: c, Mark: s.markUpdate(it, marks)})
-			owners = append(owners, u)
-			bases = append(bases, knownMark{})
-		case domain.MutationMerge:
-			folds = append(folds, u)
-		}
-	}
+	ops, owners, bases, folds := s.waveWrites(units)
 	for attempt := 1; ; attempt++ {
 		var written []*foldWrite // per write op: the fold it carries (nil for puts and deletes)
 		if len(folds) > 0 {
@@ -349,45 +327,7 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 			start := time.Now()
 			got := s.storage.Write(ctx, ops)
 			s.obs.StorageCall(ports.StorageWrite, len(ops), time.Since(start))
-			for k, r := range got {
-				if k < len(ops) {
-					rid := rids[k]
-					switch {
-					case h == nil:
-						s.dropHint(rid)
-					case r.Err == nil && ops[k].Kind == ports.WritePut:
-						b := bases[k]
-						if !r.Existed && (written == nil || written[k] == nil) { // a put that created the record: its mark was empty
-							b = knownMark{known: true}
-						}
-						h.set(rid, recordState{doc: ops[k].Document, rev: r.Revision, mark: b.after(ops[k].Mark, r.Revision), gen: gens[k]})
-					default:
-						h.drop(rid)
-					}
-				}
-				if written == nil || written[k] == nil {
-					it := owners[k][0]
-					it.setWrite(r)
-					continue
-				}
-				if c := domain.CodeOf(r.Err); r.Err != nil && (conflict(c) || c == domain.CodeAlreadyApplied || c == domain.CodeSuperseded) {
-					// The record changed since it was read (for a mark: a
-					// concurrent writer applied one of the fold's
-					// mutations, or a later one): re-read and check each
-					// member again.
-					again = append(again, owners[k])
-					continue
-				}
-				for _, it := range written[k].applied {
-					it.setWrite(r)
-				}
-				for _, it := range written[k].dups {
-					it.setWrite(r)
-					if r.Err == nil {
-						it.skip(r.Revision)
-					}
-				}
-			}
+			again = s.settleWrites(got, ops, owners, bases, written, rids, gens, h)
 		}
 		if len(again) == 0 {
 			return
@@ -398,24 +338,115 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 			}
 		}
 		if attempt >= s.cfg.Merge.MaxAttempts || !ctxtime.Sleep(ctx, s.cfg.Merge.backoff(attempt)) {
-			for _, u := range again {
-				for _, it := range u {
-					if err := it.j.ctx.Err(); err != nil {
-						it.fail(opError(it.ref(), fieldAddress, err))
-						continue
-					}
-					if ctx.Err() != nil {
-						it.fail(opError(it.ref(), fieldAddress, ctx.Err()))
-						continue
-					}
-					it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeAborted,
-						"merge kept conflicting with concurrent writes of the same record after %d attempts", attempt))
-				}
-			}
+			giveUp(ctx, again, attempt)
 			return
 		}
 		folds, ops, owners, bases = again, ops[:0], owners[:0], bases[:0]
 	}
+}
+
+// giveUp fails the merges of folds that kept conflicting after attempts
+// attempts, or whose wait for the next one ended with ctx.
+func giveUp(ctx context.Context, folds []unit, attempts int) {
+	for _, u := range folds {
+		for _, it := range u {
+			if err := it.j.ctx.Err(); err != nil {
+				it.fail(opError(it.ref(), fieldAddress, err))
+				continue
+			}
+			if ctx.Err() != nil {
+				it.fail(opError(it.ref(), fieldAddress, ctx.Err()))
+				continue
+			}
+			it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeAborted,
+				"merge kept conflicting with concurrent writes of the same record after %d attempts", attempts))
+		}
+	}
+}
+
+// settleWrites takes the storage's answers to a wave's write ops: it
+// leaves or drops each record's hint, sets the results of the puts,
+// deletes and folds written, and returns the folds that met a concurrent
+// change (to retry). Per op k: owners[k] is its unit, bases[k] the mark
+// it started from, written[k] the fold it carries (nil: a put or delete;
+// written itself is nil without folds), rids[k] its record and gens[k]
+// the generation of the state it writes (gens is nil without hints).
+func (s *Service) settleWrites(got []ports.WriteResult, ops []ports.WriteOp, owners []unit, bases []knownMark, written []*foldWrite, rids []domain.RecordID, gens []uint64, h *hintTable) (again []unit) {
+	for k, r := range got {
+		if k < len(ops) {
+			rid := rids[k]
+			switch {
+			case h == nil:
+				s.dropHint(rid)
+			case r.Err == nil && ops[k].Kind == ports.WritePut:
+				b := bases[k]
+				if !r.Existed && (written == nil || written[k] == nil) { // a put that created the record: its mark was empty
+					b = knownMark{known: true}
+				}
+				h.set(rid, recordState{doc: ops[k].Document, rev: r.Revision, mark: b.after(ops[k].Mark, r.Revision), gen: gens[k]})
+			default:
+				h.drop(rid)
+			}
+		}
+		if written == nil || written[k] == nil {
+			it := owners[k][0]
+			it.setWrite(r)
+			continue
+		}
+		if c := domain.CodeOf(r.Err); r.Err != nil && (conflict(c) || c == domain.CodeAlreadyApplied || c == domain.CodeSuperseded) {
+			// The record changed since it was read (for a mark: a
+			// concurrent writer applied one of the fold's
+			// mutations, or a later one): re-read and check each
+			// member again.
+			again = append(again, owners[k])
+			continue
+		}
+		for _, it := range written[k].applied {
+			it.setWrite(r)
+		}
+		for _, it := range written[k].dups {
+			it.setWrite(r)
+			if r.Err == nil {
+				it.skip(r.Revision)
+			}
+		}
+	}
+	return again
+}
+
+// waveWrites returns the write ops of a wave's puts and deletes, with
+// the unit (owner) and the known base mark of each, and the wave's folds
+// of merges (which prepareFolds turns into write ops).
+func (s *Service) waveWrites(units []unit) (ops []ports.WriteOp, owners []unit, bases []knownMark, folds []unit) {
+	ops = make([]ports.WriteOp, 0, len(units))
+	owners = make([]unit, 0, len(units))
+	// bases: per write op, the record's applied mark before it, as far as
+	// the service knows it (for the hint the write leaves).
+	bases = make([]knownMark, 0, len(units))
+	marks := newMarkAlloc(len(units))
+	for _, u := range units {
+		it := u[0]
+		m := it.m()
+		switch m.Kind {
+		case domain.MutationPut:
+			ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: m.Document, Condition: putCondition(m), Mark: s.markUpdate(it, marks)})
+			owners = append(owners, u)
+			// What the record's mark holds before an unconditional put is
+			// not known (a hint may be stale); see the hint it leaves.
+			bases = append(bases, knownMark{})
+		case domain.MutationDelete:
+			c := ports.Condition{Kind: ports.ConditionNone}
+			if !m.ExpectedRevision.IsZero() {
+				c = ports.Condition{Kind: ports.ConditionRevision, Revision: m.ExpectedRevision}
+			}
+			ops = append(ops, ports.WriteOp{Kind: ports.WriteDelete, Address: m.Address, Condition: c, Mark: s.markUpdate(it, marks)})
+			owners = append(owners, u)
+			bases = append(bases, knownMark{})
+		case domain.MutationMerge:
+			folds = append(folds, u)
+		}
+	}
+	return ops, owners, bases, folds
 }
 
 // markUpdate is the mark a put or delete writes: its mark ID and log

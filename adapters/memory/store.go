@@ -173,22 +173,8 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 			return *err
 		}
 	}
-	switch op.Condition.Kind {
-	case ports.ConditionAbsent:
-		if exists {
-			return ports.WriteResult{Err: domain.Errorf(domain.CodeAlreadyExists, "record %s already exists", op.Address)}
-		}
-	case ports.ConditionExists:
-		if !exists {
-			return ports.WriteResult{Err: domain.Errorf(domain.CodeNotFound, "record %s does not exist", op.Address)}
-		}
-	case ports.ConditionRevision:
-		if !exists {
-			return ports.WriteResult{Err: domain.Errorf(domain.CodeNotFound, "record %s does not exist (expected revision %s)", op.Address, op.Condition.Revision)}
-		}
-		if cur.rev != op.Condition.Revision {
-			return ports.WriteResult{Err: domain.Errorf(domain.CodeRevisionMismatch, "record %s has revision %s, not the expected %s", op.Address, cur.rev, op.Condition.Revision)}
-		}
+	if err := unmet(op, exists, cur.rev); err != nil {
+		return ports.WriteResult{Err: err}
 	}
 	if op.Kind == ports.WriteDelete {
 		delete(sh.records, domain.RecordID(k))
@@ -205,6 +191,30 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 		sh.records[domain.RecordID(k)] = &entry{doc: clone(op.Document), rev: rev, mark: mark}
 	}
 	return ports.WriteResult{Revision: rev, Existed: exists}
+}
+
+// unmet returns the error of op's condition when the record (existing or
+// not, at revision rev) does not meet it, nil otherwise. (A function of its
+// own: the messages' arguments would make every write's frame larger.)
+func unmet(op *ports.WriteOp, exists bool, rev domain.Revision) *domain.Error {
+	switch op.Condition.Kind {
+	case ports.ConditionAbsent:
+		if exists {
+			return domain.Errorf(domain.CodeAlreadyExists, "record %s already exists", op.Address)
+		}
+	case ports.ConditionExists:
+		if !exists {
+			return domain.Errorf(domain.CodeNotFound, "record %s does not exist", op.Address)
+		}
+	case ports.ConditionRevision:
+		if !exists {
+			return domain.Errorf(domain.CodeNotFound, "record %s does not exist (expected revision %s)", op.Address, op.Condition.Revision)
+		}
+		if rev != op.Condition.Revision {
+			return domain.Errorf(domain.CodeRevisionMismatch, "record %s has revision %s, not the expected %s", op.Address, rev, op.Condition.Revision)
+		}
+	}
+	return nil
 }
 
 // Validate implements ports.Storage: the memory store holds any document.

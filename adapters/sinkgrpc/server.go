@@ -66,30 +66,7 @@ func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.W
 	if err != nil {
 		return nil, StatusError(err)
 	}
-	muts := make([]domain.Mutation, len(req.GetOperations()))
-	for i, op := range req.GetOperations() {
-		switch k := op.GetKind().(type) {
-		case *sinkv1.WriteOperation_Put:
-			p := k.Put
-			muts[i] = domain.Mutation{
-				Kind:             domain.MutationPut,
-				Address:          toAddress(p.GetAddress()),
-				Document:         toDocument(p.GetDocument()),
-				Mode:             domain.PutMode(p.GetMode()),
-				ExpectedRevision: domain.Revision(p.GetExpectedRevision()),
-			}
-			withKey(&muts[i], p.GetIdempotencyKey())
-		case *sinkv1.WriteOperation_Merge:
-			m := k.Merge
-			muts[i] = domain.Mutation{
-				Kind:    domain.MutationMerge,
-				Address: toAddress(m.GetAddress()),
-				Merge:   domain.MergeIntent{Profile: m.GetProfile(), Intent: toDocument(m.GetIntent())},
-			}
-			withKey(&muts[i], m.GetIdempotencyKey())
-		}
-	}
-	results, err := s.svc.Write(ctx, muts, completion)
+	results, err := s.svc.Write(ctx, writeMutations(req.GetOperations()), completion)
 	if err != nil {
 		return nil, StatusError(err)
 	}
@@ -148,6 +125,34 @@ func appendRevision(buf []byte, rev domain.Revision) ([]byte, []byte) {
 	start := len(buf)
 	buf = append(buf, rev...)
 	return buf[start:len(buf):len(buf)], buf
+}
+
+// writeMutations returns the mutations of a Write request's operations.
+func writeMutations(ops []*sinkv1.WriteOperation) []domain.Mutation {
+	muts := make([]domain.Mutation, len(ops))
+	for i, op := range ops {
+		switch k := op.GetKind().(type) {
+		case *sinkv1.WriteOperation_Put:
+			p := k.Put
+			muts[i] = domain.Mutation{
+				Kind:             domain.MutationPut,
+				Address:          toAddress(p.GetAddress()),
+				Document:         toDocument(p.GetDocument()),
+				Mode:             domain.PutMode(p.GetMode()),
+				ExpectedRevision: domain.Revision(p.GetExpectedRevision()),
+			}
+			withKey(&muts[i], p.GetIdempotencyKey())
+		case *sinkv1.WriteOperation_Merge:
+			m := k.Merge
+			muts[i] = domain.Mutation{
+				Kind:    domain.MutationMerge,
+				Address: toAddress(m.GetAddress()),
+				Merge:   domain.MergeIntent{Profile: m.GetProfile(), Intent: toDocument(m.GetIntent())},
+			}
+			withKey(&muts[i], m.GetIdempotencyKey())
+		}
+	}
+	return muts
 }
 
 // withKey makes a client's idempotency key the mutation's ID (the
