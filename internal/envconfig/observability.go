@@ -47,7 +47,8 @@ func (c Config) Metrics() sinkprom.Options {
 }
 
 // validateObservability reports the problems of the observability
-// settings that only the environment has (the HTTP address); the ranges
+// settings that only the environment has (the HTTP address, and profiles
+// without an endpoint to serve them); the ranges
 // are checked by Health().Validate and Metrics().Validate.
 func (c Config) validateObservability() error {
 	var errs []error
@@ -55,6 +56,8 @@ func (c Config) validateObservability() error {
 		if _, _, err := net.SplitHostPort(c.HTTPAddress); err != nil {
 			errs = append(errs, fmt.Errorf("SINK_HTTP_ADDRESS %q is not a host:port address (or %q to disable the endpoint): %v", c.HTTPAddress, HTTPDisabled, err))
 		}
+	} else if c.Observability.Profiling {
+		errs = append(errs, fmt.Errorf("SINK_PROFILING=true needs the HTTP operations endpoint, which SINK_HTTP_ADDRESS=%s disables", HTTPDisabled))
 	}
 	return errors.Join(errs...)
 }

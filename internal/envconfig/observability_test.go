@@ -50,3 +50,14 @@ func TestObservabilityProblemsAreReportedAtOnce(t *testing.T) {
 		t.Errorf("an unparsable value must be reported once:\n%s", err)
 	}
 }
+
+// Profiles need the endpoint that serves them.
+func TestProfilingNeedsTheHTTPEndpoint(t *testing.T) {
+	_, err := Load(map[string]string{"SINK_HTTP_ADDRESS": "off", "SINK_PROFILING": "true"})
+	if err == nil || !strings.Contains(err.Error(), "SINK_PROFILING=true needs the HTTP operations endpoint") {
+		t.Fatalf("profiles without the endpoint: %v", err)
+	}
+	if _, err := Load(map[string]string{"SINK_PROFILING": "true"}); err != nil {
+		t.Fatalf("profiles on the default endpoint: %v", err)
+	}
+}
