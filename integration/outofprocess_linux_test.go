@@ -74,6 +74,7 @@ func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 	sink, null := startPinnedServers(b)
 	for _, c := range singleOpCases() {
 		b.Run(c.name, func(b *testing.B) {
+			warmUp(b, c, sink.client, null.client)
 			n := max(b.N, clients)
 			measure := func(srv pinnedServer) (loadResult, time.Duration) {
 				before := processCPU(b, srv.pid)
