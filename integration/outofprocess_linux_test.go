@@ -37,9 +37,9 @@ func BenchmarkSingleOpOutOfProcess(b *testing.B) {
 type pinnedServer struct {
 	client sinkv1.SinkClient
 	pid    int
-	// metrics is the sink process's /metrics address (none for the null
-	// server).
-	metrics string
+	// httpAddr is the sink process's operations endpoint (none for the
+	// null server).
+	httpAddr string
 }
 
 // startPinnedServers starts the sink binary (configured by SINK_BENCH_ENV)
@@ -53,7 +53,7 @@ func startPinnedServers(b *testing.B) (sink, null pinnedServer) {
 	}
 	server := []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
 	p := startSinkProcessUnder(b, server, strings.Fields(os.Getenv("SINK_BENCH_ENV"))...)
-	sink = pinnedServer{client: dialSink(b, p.grpcAddr), pid: p.cmd.Process.Pid, metrics: "http://" + p.httpAddr + "/metrics"}
+	sink = pinnedServer{client: dialSink(b, p.grpcAddr), pid: p.cmd.Process.Pid, httpAddr: p.httpAddr}
 	nullAddr, nullPID := startNullProcess(b, server)
 	null = pinnedServer{client: dialSink(b, nullAddr), pid: nullPID}
 	pinSelf(b, 0)
@@ -81,9 +81,9 @@ func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 				r := runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(srv.client, i) })
 				return r, processCPU(b, srv.pid) - before
 			}
-			allocs, bytes := heapAllocations(b, sink.metrics)
+			allocs, bytes := heapAllocations(b, sink.httpAddr)
 			s, sCPU := measure(sink)
-			allocsAfter, bytesAfter := heapAllocations(b, sink.metrics)
+			allocsAfter, bytesAfter := heapAllocations(b, sink.httpAddr)
 			f, fCPU := measure(null)
 			b.ReportMetric(s.rate(), "ops/s")
 			b.ReportMetric(s.rate()/f.rate(), "vs-null")
@@ -98,33 +98,15 @@ func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 
 // heapAllocations returns how many heap objects and bytes the sink
 // process has allocated so far, from its Go runtime metrics.
-func heapAllocations(b testing.TB, metricsURL string) (objects, bytes float64) {
+func heapAllocations(b testing.TB, httpAddr string) (objects, bytes float64) {
 	b.Helper()
-	code, body, err := opsGet(metricsURL)
-	if err != nil || code != 200 {
-		b.Fatalf("GET %s: %d %v", metricsURL, code, err)
-	}
-	found := 0
-	for line := range strings.Lines(body) {
-		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if !ok || (name != "go_memstats_mallocs_total" && name != "go_memstats_alloc_bytes_total") {
-			continue
+	m := opsScrape(b, httpAddr)
+	for _, name := range []string{"go_memstats_mallocs_total", "go_memstats_alloc_bytes_total"} {
+		if _, ok := m[name]; !ok {
+			b.Fatalf("the sink process's metrics have no %s", name)
 		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			b.Fatalf("%s: %q", name, line)
-		}
-		if name == "go_memstats_mallocs_total" {
-			objects = v
-		} else {
-			bytes = v
-		}
-		found++
 	}
-	if found != 2 {
-		b.Fatalf("%s names %d of go_memstats_mallocs_total and go_memstats_alloc_bytes_total", metricsURL, found)
-	}
-	return objects, bytes
+	return m.value("go_memstats_mallocs_total", nil), m.value("go_memstats_alloc_bytes_total", nil)
 }
 
 // processCPU returns the processor time (user and system, every thread)
