@@ -44,11 +44,7 @@ func IsMediaType(contentType, want string) bool {
 	if contentType == want {
 		return true
 	}
-	if plainMediaType(contentType) {
-		// Parsing would return it unchanged (or reject it): it is not want.
-		return false
-	}
-	mt, err := MediaType(contentType)
+	mt, err := MediaType(contentType) // (a bare media type is not parsed)
 	return err == nil && mt == want
 }
 
@@ -70,16 +66,4 @@ func bareMediaType(contentType string) bool {
 		}
 	}
 	return slash > 0 && slash < len(contentType)-1
-}
-
-// plainMediaType reports whether contentType has nothing that parsing
-// would change: no parameters, spaces or upper-case letters.
-func plainMediaType(contentType string) bool {
-	for i := 0; i < len(contentType); i++ {
-		switch c := contentType[i]; {
-		case c == ';', c == ' ', c == '\t', 'A' <= c && c <= 'Z', c >= 0x80:
-			return false
-		}
-	}
-	return true
 }
