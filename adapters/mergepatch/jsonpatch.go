@@ -258,14 +258,15 @@ func decodeKey(raw []byte) string { return string(decodeKeyBytes(raw)) }
 // decodeKeyBytes is decodeKey without a copy when the name has no escapes.
 func decodeKeyBytes(raw []byte) []byte {
 	inner := raw[1 : len(raw)-1]
-	ascii := true // and no escapes (the common case, checked in one pass)
+	escaped, ascii := false, true // (one pass; ASCII needs no UTF-8 check)
 	for _, c := range inner {
-		if c == '\\' || c >= utf8.RuneSelf {
-			ascii = false
+		if c == '\\' {
+			escaped = true
 			break
 		}
+		ascii = ascii && c < utf8.RuneSelf
 	}
-	if ascii || bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+	if !escaped && (ascii || utf8.Valid(inner)) {
 		return inner
 	}
 	var s string
