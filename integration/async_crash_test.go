@@ -121,9 +121,6 @@ func TestAsyncWorkerCrashTrialsEffectivelyOnce(t *testing.T) {
 		port := kafkatest.FreePort(t)
 		env := []string{
 			"SINK_MODE=worker",
-			// One worker at a time writes, one record's mutations one after
-			// the other: FerretDB's non-atomic updates across connections
-			// (see mongotest.ConcurrentURI) cannot interleave here.
 			"SINK_KAFKA_BROKERS=" + broker.Addr(),
 			"SINK_KAFKA_TOPIC=" + asyncTopic,
 			"SINK_KAFKA_GROUP_ID=sink-workers",

@@ -31,7 +31,6 @@ func TestDeclarativeCounterConcurrentMerges(t *testing.T) {
 				for k, v := range srv.SinkEnv() {
 					env[k] = v
 				}
-				env["SINK_MONGODB_URI"] = srv.ConcurrentURI()
 				ns = mongotest.DatabaseName(t)
 			}
 			s := sinktest.Start(t, env)

@@ -125,7 +125,7 @@ func elementsByKey(t testing.TB, raw []byte) ([]string, map[string][]byte) {
 
 func TestLegacyDocumentConcurrentMerges(t *testing.T) {
 	srv := mongotest.Shared(t)
-	c := client(t, srv.ConcurrentURI())
+	c := client(t, srv.URI())
 	db := freshDatabase(t, c)
 	ctx := ctxT(t)
 	coll := c.Database(db).Collection("things")

@@ -129,7 +129,7 @@ func TestMarkedWritesOnLegacyDocuments(t *testing.T) {
 // writes' read-check-write is atomic.
 func TestMarkSurvivesConcurrentWrites(t *testing.T) {
 	srv := mongotest.Shared(t)
-	c := client(t, srv.ConcurrentURI())
+	c := client(t, srv.URI())
 	db := freshDatabase(t, c)
 	ctx := ctxT(t)
 	s := newStore(t, c, mongodb.Options{MarkRing: domain.MaxAppliedRing})
@@ -366,7 +366,7 @@ func TestMarkLargestDocument(t *testing.T) {
 // it, with the revisions the writes returned.
 func TestMarkedBatchesConcurrent(t *testing.T) {
 	srv := mongotest.Shared(t)
-	c := client(t, srv.ConcurrentURI())
+	c := client(t, srv.URI())
 	db := freshDatabase(t, c)
 	ctx := ctxT(t)
 	s := newStore(t, c, mongodb.Options{MarkRing: domain.MaxAppliedRing})

@@ -14,7 +14,12 @@
 //	READY mongodb://127.0.0.1:PORT/
 //
 // (with the actual port when -listen uses port 0). Logs go to stderr. It exits
-// cleanly on SIGTERM or SIGINT. Telemetry is disabled by the embedded package and
+// cleanly on SIGTERM or SIGINT.
+//
+// FerretDB itself listens on a loopback port of its own; the -listen address
+// is a front that passes write commands through one at a time (see
+// gate.go: FerretDB v1's conditional writes are not atomic, MongoDB's are).
+// -write-gate=false exposes FerretDB as it is. Telemetry is disabled by the embedded package and
 // nothing here reaches the network besides the listener.
 package main
 
@@ -28,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -45,6 +51,7 @@ func run() error {
 	listen := flag.String("listen", "127.0.0.1:27017", "TCP address to listen on (port 0 picks a free port)")
 	data := flag.String("data", "", "directory for SQLite data files (required)")
 	logLevel := flag.String("log-level", "warn", "log level: debug, info, warn, error")
+	gated := flag.Bool("write-gate", true, "pass write commands through one at a time, so that a conditional write is atomic as on MongoDB (see gate.go)")
 	flag.Parse()
 
 	if *data == "" {
@@ -64,8 +71,17 @@ func run() error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
+	ferretListen := *listen
+	var front net.Listener
+	if *gated {
+		if front, err = net.Listen("tcp", *listen); err != nil {
+			return err
+		}
+		defer front.Close()
+		ferretListen = "127.0.0.1:0"
+	}
 	f, err := ferretdb.New(&ferretdb.Config{
-		Listener: ferretdb.ListenerConfig{TCP: *listen},
+		Listener: ferretdb.ListenerConfig{TCP: ferretListen},
 		Logger:   logger,
 		Handler:  "sqlite",
 		// SQLite URL must be a directory URI ending with a slash.
@@ -106,6 +122,16 @@ func run() error {
 			return fmt.Errorf("server stopped before it was ready: %v", err)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+
+	if front != nil {
+		go func() {
+			if err := serveGated(front, addr, new(sync.Mutex)); err != nil {
+				fmt.Fprintln(os.Stderr, "ferretdb: write gate:", err)
+				stop()
+			}
+		}()
+		uri = "mongodb://" + front.Addr().String() + "/"
 	}
 
 	fmt.Printf("READY %s\n", uri)

@@ -90,18 +90,6 @@ func (s *Server) Kind() string { return s.kind }
 // IsFerretDB reports whether the server is the FerretDB fallback.
 func (s *Server) IsFerretDB() bool { return s.kind == KindFerretDB }
 
-// ConcurrentURI returns a URI suitable for tests that check concurrent
-// read-modify-write. On FerretDB it adds maxPoolSize=1, because FerretDB's
-// updates are not atomic across connections (8 goroutines x 200
-// revision-checked increments end far below 1600 with a normal pool, and
-// exact with maxPoolSize=1). Elsewhere it is URI().
-func (s *Server) ConcurrentURI() string {
-	if !s.IsFerretDB() {
-		return s.uri
-	}
-	return withQuery(s.uri, "maxPoolSize", "1")
-}
-
 // SinkEnv returns the environment a Sink process needs to use this server:
 // SINK_MONGODB_URI and, on FerretDB, the bulk limits it needs (FerretDB v1
 // stops answering when about 100 documents are modified at once).
@@ -342,25 +330,6 @@ func randomHex(n int) string {
 		return strconv.FormatInt(int64(os.Getpid()%(1<<24)), 16)
 	}
 	return hex.EncodeToString(buf)
-}
-
-// withQuery returns uri with key=value set in its query string.
-func withQuery(uri, key, value string) string {
-	u, err := url.Parse(uri)
-	if err != nil {
-		sep := "?"
-		if strings.Contains(uri, "?") {
-			sep = "&"
-		}
-		return uri + sep + key + "=" + value
-	}
-	q := u.Query()
-	q.Set(key, value)
-	u.RawQuery = q.Encode()
-	if u.Path == "" {
-		u.Path = "/"
-	}
-	return u.String()
 }
 
 // redact hides a password in a URI for logging.
