@@ -96,7 +96,7 @@ func (s *pausableStore) state() (int, []string) {
 // mutation is still applied, exactly once and in its record's order, soon
 // after the database resumes.
 // The db-pause trial scaled down 10x: redelivery delay, batch budget, pause.
-const pauseRedelivery, pauseBudget, pauseFor = 100 * time.Millisecond, 800 * time.Millisecond, 800 * time.Millisecond
+const pauseRedelivery, pauseBudget, pauseFor = 100 * time.Millisecond, 300 * time.Millisecond, 800 * time.Millisecond
 
 func TestWorkersApplyEverythingAfterADatabasePause(t *testing.T) {
 	const keys, perKey = 8, 50

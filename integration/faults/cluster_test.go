@@ -186,14 +186,19 @@ func (c *cluster) sinkEnv(mode string) []string {
 		"SINK_KAFKA_SESSION_TIMEOUT=" + sessionTimeout.String(),
 		// A killed worker's replacement joins the group under a new member
 		// id, and the rebalance that follows can wait for the dead member
-		// up to this timeout: with the 60s default, recovery after a kill
-		// took 66-71s in some trials on kfake. 24s keeps recovery well
-		// inside a trial's limit and still allows SINK_APPLY_MAX_BACKOFF=2s
-		// (at most R/12).
-		"SINK_KAFKA_REBALANCE_TIMEOUT=24s",
+		// up to this timeout (with the 60s default, recovery after a kill
+		// took 66-71s in some trials). It is also kept below kgo's request
+		// timeout overhead (10s): kfake resets a preparing rebalance's
+		// deadline at every JoinGroup (real Kafka does not), and a worker's
+		// JoinGroup times out after the rebalance timeout + 10s. With 24s,
+		// two workers whose joins arrived more than 10s apart kept timing
+		// each other out (a clean-clone run applied nothing for minutes
+		// after a kill). Below 10s a second join always comes within the
+		// first's timeout. SINK_APPLY_MAX_BACKOFF must be at most R/12.
+		"SINK_KAFKA_REBALANCE_TIMEOUT=9s",
 		"SINK_KAFKA_PUBLISH_TIMEOUT=3s",
 		"SINK_KAFKA_MAX_POLL_RECORDS=100",
-		"SINK_APPLY_MAX_BACKOFF=2s",
+		"SINK_APPLY_MAX_BACKOFF=500ms",
 		"SINK_SHUTDOWN_TIMEOUT=20s",
 		"SINK_LOG_FORMAT=text",
 		"SINK_LOG_LEVEL=" + logLevel(),

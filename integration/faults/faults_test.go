@@ -1,8 +1,10 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -288,11 +290,36 @@ func runTrial(t *testing.T, ctx context.Context, c *cluster, f fault, trial int,
 	if err != nil {
 		t.Errorf("%s trial %d: %v", f.name, trial, err)
 		res.failed = true
+		logLost(t, ctx, c, l)
 	}
 	t.Logf("%s: accepted %d, applied %d, lost %d (dead-lettered %d), twice %d, out of order %d, ambiguous %d, retryable errors %d, wrong answers %d, recovered in %s",
 		res.detail, cnt.Accepted, cnt.Applied, cnt.Lost, cnt.DeadLettered, cnt.Twice, cnt.OutOfOrder, cnt.Ambiguous, res.retryable, res.wrong, res.recovery.Round(time.Millisecond))
 	res.load = l
 	return res
+}
+
+// logLost lists the first missing mutations of l with their mutation ids,
+// which the containers' logs (saved when the test fails) name.
+func logLost(t *testing.T, ctx context.Context, c *cluster, l *load) {
+	acked, _, _, _, _ := l.snapshot()
+	applied, err := l.applied(ctx, c.client)
+	if err != nil {
+		return
+	}
+	ids := map[seqRef]string{}
+	for id, r := range l.mutationIDs() {
+		ids[r] = id
+	}
+	lost := slices.SortedFunc(maps.Keys(lostSeqs(acked, applied)), func(a, b seqRef) int {
+		return cmp.Or(strings.Compare(a.key, b.key), a.seq-b.seq)
+	})
+	for i, r := range lost {
+		if i == 20 {
+			t.Logf("... %d more missing", len(lost)-i)
+			break
+		}
+		t.Logf("missing: record %s, %s, mutation %s", r.key, seqID(r.seq), ids[r])
+	}
 }
 
 // awaitApplied polls storage (through the server) until every acknowledged
