@@ -51,8 +51,11 @@ SINK_MERGE_PROFILES_FILE ?= examples/profiles.yaml
 run: build
 	SINK_MERGE_PROFILES_FILE='$(SINK_MERGE_PROFILES_FILE)' exec $(BINARY)
 
+# The test FerretDB's own module (tools/ferretdb: its write gate) is tested
+# with the rest.
 test:
 	$(GO) test $(TEST_FLAGS) ./...
+	cd tools/ferretdb && GOWORK=off $(GO) test $(TEST_FLAGS) ./...
 
 test-race:
 	$(GO) test -race $(TEST_FLAGS) ./...

@@ -69,6 +69,7 @@ func proxyConn(client net.Conn, backend string, gate *sync.Mutex) {
 	answers := make(chan struct{})
 	go func() {
 		defer close(answers)
+		defer client.Close() // FerretDB closed: so does the client's connection
 		r := bufio.NewReader(server)
 		clientGone := false
 		for {
