@@ -155,7 +155,13 @@ func run() int {
 		c.Close()
 		return 1
 	}
-	reapGhosts(c, dialAddr(addrs[0], *listenHost, *advertise))
+	// The reaper's heartbeats for members waiting in JoinGroup must come
+	// well within the shortest session timeout the group accepts.
+	tick := time.Second
+	if *minSession > 0 {
+		tick = min(tick, *minSession/3)
+	}
+	startReaper(c, dialAddr(addrs[0], *listenHost, *advertise), tick)
 	fmt.Printf("READY %s\n", strings.Join(addrs, ","))
 	os.Stdout.Sync() //nolint:errcheck // a pipe or terminal; best effort
 
