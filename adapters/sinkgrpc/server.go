@@ -49,8 +49,8 @@ func (s *Server) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.Rea
 		res := &rs[i]
 		res.Index, res.Status, res.Error = uint32(i), toStatus(r.Status), operationError(r.Err)
 		if r.Status == application.StatusFound {
-			d := &docs[len(docs)-found]
-			found--
+			d := &docs[0]
+			docs = docs[1:]
 			d.ContentType, d.Data = r.Record.Document.ContentType, r.Record.Document.Data
 			res.Document = d
 			res.Revision, revs = appendRevision(revs, r.Record.Revision)
