@@ -1,9 +1,9 @@
 package bootstrap
 
-import "github.com/sink-io/sink/internal/envconfig"
+import "github.com/sink-io/sink/bootstrap/envconfig"
 
 // Config is every setting of a Sink process, read from the environment
-// (internal/envconfig maps the SINK_* variables onto it).
+// (bootstrap/envconfig maps the SINK_* variables onto it).
 type Config = envconfig.Config
 
 // Modes (SINK_MODE).

@@ -121,7 +121,7 @@ func TestMergeFingerprintPolicyIsValidated(t *testing.T) {
 	}
 }
 
-// Main hands its arguments to the sink command switch (internal/cli).
+// Main hands its arguments to the sink command switch (bootstrap/cli).
 func TestMainRunsCommands(t *testing.T) {
 	if code := Main([]string{"profiles", "check", "../examples/profiles.yaml"}); code != 0 {
 		t.Fatalf("sink profiles check: exit %d", code)

@@ -13,7 +13,7 @@ import (
 	"github.com/sink-io/sink/adapters/sinkgrpc"
 	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/application"
-	"github.com/sink-io/sink/internal/envconfig"
+	"github.com/sink-io/sink/bootstrap/envconfig"
 	"github.com/sink-io/sink/ports"
 )
 

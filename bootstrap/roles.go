@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/sink-io/sink/internal/cli"
+	"github.com/sink-io/sink/bootstrap/cli"
 )
 
 // Server is the server role: the gRPC API over storage.
@@ -110,7 +110,7 @@ func Run(stderr io.Writer, extra ...fx.Option) error {
 }
 
 // Main is the entry point of the sink binary and of custom binaries: it
-// runs the subcommand named by args (internal/cli; none: the configured
+// runs the subcommand named by args (bootstrap/cli; none: the configured
 // role, with extra added to its fx application) and returns the process
 // exit code.
 func Main(args []string, extra ...fx.Option) int {

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/auth"
-	"github.com/sink-io/sink/internal/envconfig"
+	"github.com/sink-io/sink/bootstrap/envconfig"
 	"github.com/sink-io/sink/internal/testkit/testcerts"
 )
 

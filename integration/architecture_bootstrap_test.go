@@ -21,7 +21,7 @@ const bootstrapLineBudget = 900
 // bootstrapForbidden are imports that mean bootstrap does work of its own
 // instead of composing: listeners and HTTP handlers (adapters/sinkgrpc,
 // adapters/opshttp), TLS and SASL (adapters/auth, adapters/kafka), signal
-// handling, flags and JSON (internal/cli), URI parsing (adapters/mongodb).
+// handling, flags and JSON (bootstrap/cli), URI parsing (adapters/mongodb).
 var bootstrapForbidden = []string{
 	"net", "net/http", "net/url", "crypto/tls", "crypto/x509", "os/signal",
 	"flag", "encoding/json", "github.com/twmb/franz-go/pkg/sasl",

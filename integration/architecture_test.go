@@ -24,9 +24,9 @@ const module = testkit.ModulePath
 //     adapter, itself standard library only);
 //   - adapters import domain and ports (the gRPC adapter also application),
 //     never each other, never bootstrap;
-//   - the command line (internal/cli: the API client and the operator
-//     tools) never imports application, ports or bootstrap;
-//   - internal/envconfig (the environment layer: SINK_* variables mapped
+//   - the command line (bootstrap/cli: the API client and the operator
+//     tools) never imports application, ports or the composition root (package bootstrap);
+//   - bootstrap/envconfig (the environment layer: SINK_* variables mapped
 //     onto the application's and adapters' configs) never imports
 //     bootstrap or the command line, and adapters never import it;
 //   - the rest of internal/ (technology helpers shared by adapters, such as
@@ -110,13 +110,13 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		"bootstrap/z.go":              module + "/ports/mergetest",
 		"examples/customprofile/x.go": module + "/ports/mergetest",
 		"ports/mergetest/x.go":        module + "/internal/testkit",
-		"internal/cli/x.go":           module + "/application",
-		"internal/cli/y.go":           module + "/ports",
-		"internal/cli/z.go":           module + "/bootstrap",
-		"internal/envconfig/x.go":     module + "/bootstrap",
-		"internal/envconfig/y.go":     module + "/internal/cli",
-		"adapters/kafka/z.go":         module + "/internal/envconfig",
-		"adapters/auth/x.go":          module + "/internal/cli",
+		"bootstrap/cli/x.go":          module + "/application",
+		"bootstrap/cli/y.go":          module + "/ports",
+		"bootstrap/cli/z.go":          module + "/bootstrap",
+		"bootstrap/envconfig/x.go":    module + "/bootstrap",
+		"bootstrap/envconfig/y.go":    module + "/bootstrap/cli",
+		"adapters/kafka/z.go":         module + "/bootstrap/envconfig",
+		"adapters/auth/x.go":          module + "/bootstrap/cli",
 		"internal/pemfile/x.go":       module + "/adapters/kafka",
 		"internal/spans/x.go":         module + "/ports",
 	}
@@ -126,21 +126,21 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		}
 	}
 	good := map[string]string{
-		"domain/x.go":             "encoding/binary",
-		"ports/x.go":              module + "/domain",
-		"application/x.go":        module + "/ports",
-		"adapters/sinkgrpc/x.go":  module + "/application",
-		"adapters/memory/x.go":    module + "/ports",
-		"bootstrap/x.go":          "go.uber.org/fx",
-		"adapters/mongodb/x.go":   module + "/internal/bsonwire",
-		"application/z.go":        module + "/internal/ctxtime",
-		"adapters/kafka/y.go":     module + "/internal/ctxtime",
-		"internal/cli/x.go":       module + "/adapters/kafka",
-		"internal/cli/y.go":       module + "/internal/envconfig",
-		"internal/envconfig/x.go": module + "/adapters/kafka",
-		"internal/envconfig/y.go": module + "/application",
-		"adapters/auth/x.go":      module + "/internal/pemfile",
-		"internal/spans/x.go":     module + "/domain",
+		"domain/x.go":              "encoding/binary",
+		"ports/x.go":               module + "/domain",
+		"application/x.go":         module + "/ports",
+		"adapters/sinkgrpc/x.go":   module + "/application",
+		"adapters/memory/x.go":     module + "/ports",
+		"bootstrap/x.go":           "go.uber.org/fx",
+		"adapters/mongodb/x.go":    module + "/internal/bsonwire",
+		"application/z.go":         module + "/internal/ctxtime",
+		"adapters/kafka/y.go":      module + "/internal/ctxtime",
+		"bootstrap/cli/x.go":       module + "/adapters/kafka",
+		"bootstrap/cli/y.go":       module + "/bootstrap/envconfig",
+		"bootstrap/envconfig/x.go": module + "/adapters/kafka",
+		"bootstrap/envconfig/y.go": module + "/application",
+		"adapters/auth/x.go":       module + "/internal/pemfile",
+		"internal/spans/x.go":      module + "/domain",
 		// Test code may import test code.
 		"internal/testkit/sinktest/x.go":  module + "/bootstrap",
 		"internal/testkit/kafkatest/x.go": module + "/internal/testkit",
@@ -202,19 +202,20 @@ func violates(file, imp string) string {
 		if !stdlib(imp) && !(internal && (under("domain") || under("ports") || under("internal/ctxtime"))) {
 			return "application imports only the standard library, domain, ports and internal/ctxtime"
 		}
+	case "bootstrap":
+		if underPath(file, "bootstrap/cli") {
+			if internal && (under("application") || under("ports") || target == "bootstrap") {
+				return "the command line is a client of the API and an operator tool: it never imports application, ports or the composition root"
+			}
+			return ""
+		}
+		if underPath(file, "bootstrap/envconfig") {
+			if internal && (target == "bootstrap" || under("bootstrap/cli")) {
+				return "the environment layer maps SINK_* variables onto the configs of application and adapters; it never imports the composition root or the command line"
+			}
+			return ""
+		}
 	case "internal":
-		if underPath(file, "internal/cli") {
-			if internal && (under("application") || under("ports") || under("bootstrap")) {
-				return "the command line is a client of the API and an operator tool: it never imports application, ports or bootstrap"
-			}
-			return ""
-		}
-		if underPath(file, "internal/envconfig") {
-			if internal && (under("bootstrap") || under("internal/cli")) {
-				return "the environment layer maps SINK_* variables onto the configs of application and adapters; it never imports bootstrap or the command line"
-			}
-			return ""
-		}
 		if underPath(file, "internal/ctxtime") && !stdlib(imp) {
 			return "internal/ctxtime imports only the standard library (the application layer imports it)"
 		}
@@ -227,7 +228,7 @@ func violates(file, imp string) string {
 		}
 		own := strings.SplitN(file, "/", 3)[1]
 		switch {
-		case under("internal/envconfig"), under("internal/cli"):
+		case under("bootstrap/envconfig"), under("bootstrap/cli"):
 			return "adapters never import the environment layer or the command line (they take plain configs)"
 		case under("adapters/" + own), under("domain"), under("ports"), under("proto"), under("internal"):
 		case under("application") && own == "sinkgrpc":

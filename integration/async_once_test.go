@@ -16,8 +16,8 @@ import (
 
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
+	"github.com/sink-io/sink/bootstrap/cli"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/internal/cli"
 	"github.com/sink-io/sink/internal/testkit/countprofile"
 	"github.com/sink-io/sink/internal/testkit/kafkatest"
 	"github.com/sink-io/sink/internal/testkit/mongotest"

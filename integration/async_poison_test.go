@@ -12,8 +12,8 @@ import (
 
 	"github.com/sink-io/sink/adapters/kafka"
 	"github.com/sink-io/sink/bootstrap"
+	"github.com/sink-io/sink/bootstrap/cli"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/internal/cli"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 

@@ -18,8 +18,8 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/adapters/memory"
+	"github.com/sink-io/sink/bootstrap/cli"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/internal/cli"
 	"github.com/sink-io/sink/internal/testkit/kafkatest"
 	"github.com/sink-io/sink/internal/testkit/sinktest"
 	"github.com/sink-io/sink/internal/testkit/testcerts"

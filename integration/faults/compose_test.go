@@ -102,12 +102,12 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	if len(known) < 20 {
-		t.Fatalf("found only %d settings in internal/envconfig: %v", len(known), known)
+		t.Fatalf("found only %d settings in bootstrap/envconfig: %v", len(known), known)
 	}
 	for name, s := range map[string]composeService{"sink-server": server, "sink-worker": worker} {
 		for k := range s.Environment {
 			if !known[k] {
-				t.Errorf("%s sets %s, which is not a Sink setting (internal/envconfig)", name, k)
+				t.Errorf("%s sets %s, which is not a Sink setting (bootstrap/envconfig)", name, k)
 			}
 		}
 		if s.Build == nil {

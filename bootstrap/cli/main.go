@@ -16,7 +16,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sink-io/sink/internal/envconfig"
+	"github.com/sink-io/sink/bootstrap/envconfig"
 )
 
 // StdIO is the process's standard streams and environment.

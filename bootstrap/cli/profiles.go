@@ -14,8 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/sink-io/sink/adapters/declarative"
+	"github.com/sink-io/sink/bootstrap/envconfig"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/internal/envconfig"
 )
 
 // profilesFlags returns the flags of `sink profiles apply`.

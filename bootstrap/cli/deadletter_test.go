@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/sink-io/sink/adapters/kafka"
+	"github.com/sink-io/sink/bootstrap/envconfig"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/internal/envconfig"
 )
 
 func TestDeadLetterCommandErrors(t *testing.T) {

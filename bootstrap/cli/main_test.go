@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sink-io/sink/internal/envconfig"
+	"github.com/sink-io/sink/bootstrap/envconfig"
 )
 
 // sink runs `sink ARGS` in process with stdin; serving is a test failure.

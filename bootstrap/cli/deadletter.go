@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/sink-io/sink/adapters/kafka"
+	"github.com/sink-io/sink/bootstrap/envconfig"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/internal/envconfig"
 )
 
 // deadLetterHelp is the help of `sink dead-letter`.
