@@ -52,8 +52,9 @@ type job struct {
 // record's applied mark (domain.AppliedMark) when it has a mark ID (see
 // item.markID): one already applied (Duplicate) is skipped and reported
 // applied with the revision its first write produced (WriteResult.Skipped);
-// one whose log position the mark already passed (Superseded) fails
-// permanently with CodeSuperseded and is never applied out of order.
+// one whose log position the mark already passed (Superseded) was handled
+// by some worker before: it is skipped too (WriteResult.Superseded), never
+// applied out of order and never dead-lettered.
 //
 // refs names the mutations in their errors.
 func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
@@ -145,11 +146,13 @@ func (it item) skip(rev domain.Revision) {
 	it.j.results[it.i] = r
 }
 
-// supersede fails a queued mutation whose log position the record's mark
-// already passed without holding its ID.
-func (it item) supersede() {
-	it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeSuperseded,
-		"not applied: the record already has a later mutation of the same log partition applied (this one was applied long ago, or was overtaken); applying it now could reorder the record's mutations"))
+// supersede skips a queued mutation whose log position the record's mark
+// already passed without holding its ID (see WriteResult.Superseded).
+func (it item) supersede() { it.j.results[it.i] = superseded() }
+
+// superseded is the result of a queued mutation its record's mark passed.
+func superseded() WriteResult {
+	return WriteResult{Status: StatusApplied, Skipped: true, Superseded: true}
 }
 
 // markID is the ID the mutation leaves in its record's applied mark: a
@@ -782,18 +785,16 @@ func writeResult(ref opRef, m *domain.Mutation, r ports.WriteResult, marked bool
 		}
 		return out
 	}
+	if r.Err != nil && domain.CodeOf(r.Err) == domain.CodeSuperseded {
+		// The record's mark passed the queued mutation's log position
+		// when it was written: handled before, skipped.
+		return superseded()
+	}
 	if r.Err != nil {
 		e := domain.AsError(r.Err)
 		if retry := marked || idempotent(m); e.Code == domain.CodeOutcomeUnknown && e.Retryable != retry {
 			c := *e
 			c.Retryable = retry
-			e = &c
-		}
-		if e.Code == domain.CodeSuperseded && e.Retryable {
-			// Never retried: applying it later could reorder the record's
-			// mutations (the worker dead-letters it).
-			c := *e
-			c.Retryable = false
 			e = &c
 		}
 		e = opError(ref, storageField(m, e.Code), e)

@@ -123,6 +123,9 @@ func (s *Service) observeApplied(work []domain.Mutation, valid []bool, outcomes 
 		}
 		cov := domain.NotCovered
 		switch {
+		case o.Err == nil && results[i].Superseded:
+			oc.Status = ports.StatusSkipped
+			cov = domain.Superseded
 		case o.Err == nil && results[i].Skipped:
 			oc.Status = ports.StatusSkipped
 			cov = domain.Duplicate
@@ -134,9 +137,6 @@ func (s *Service) observeApplied(work []domain.Mutation, valid []bool, outcomes 
 			e := domain.AsError(o.Err)
 			oc.Status = statusOf(e)
 			oc = withError(oc, e)
-			if e.Code == domain.CodeSuperseded {
-				cov = domain.Superseded
-			}
 		}
 		out[i] = oc
 		if cov != domain.NotCovered {
@@ -161,7 +161,7 @@ func (s *Service) logSkip(m *domain.Mutation, cov domain.Coverage) {
 	}
 	msg := "queued mutation already applied to its record: skipped"
 	if cov == domain.Superseded {
-		msg = "queued mutation superseded by a later one of its record: not applied, dead-lettered"
+		msg = "queued mutation whose log position its record's mark already passed: handled before (applied, or dead-lettered for its own failure); skipped"
 	}
 	s.log.LogAttrs(ctx, slog.LevelDebug, msg,
 		slog.String("mutation_id", m.ID), slog.String("kind", m.Kind.String()), slog.String("coverage", cov.String()),

@@ -46,7 +46,14 @@ type WriteResult struct {
 	// is in the record's applied mark): nothing was written this time, and
 	// Revision is the one the earlier write produced.
 	Skipped bool
-	Err     *domain.Error
+	// Superseded is true (with Skipped) for a queued mutation whose log
+	// position its record's applied mark had already passed, without its
+	// ID in the ring: under the log's per-partition order some worker
+	// handled it before (applied it, or dead-lettered it for a failure of
+	// its own). It is not applied now, and it is not dead-lettered: it has
+	// no revision to report.
+	Superseded bool
+	Err        *domain.Error
 }
 
 // failed returns the result for an operation that ended with err.

@@ -73,7 +73,7 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 			r := results[i]
 			switch {
 			case r.Err == nil:
-				outcomes[i].Err, outcomes[i].Skipped = nil, r.Skipped
+				outcomes[i].Err, outcomes[i].Skipped, outcomes[i].Superseded = nil, r.Skipped, r.Superseded
 			case overBudget():
 				// Cut short by the budget (even an outcome-unknown write:
 				// the applied mark makes its redelivery safe).
@@ -118,4 +118,57 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 		pending = retry
 	}
 	return outcomes
+}
+
+// ResolveMutations implements ports.MutationResolver: it reads the records
+// of the mutations in one storage call and says, from each record's
+// applied mark, whether the mutation was applied. A mutation that does not
+// validate was never applied.
+func (s *Service) ResolveMutations(ctx context.Context, muts []domain.Mutation) []ports.Resolution {
+	out := make([]ports.Resolution, len(muts))
+	work := make([]domain.Mutation, len(muts))
+	copy(work, muts)
+	addrs := make([]domain.Address, 0, len(muts))
+	at := make([]int, len(muts)) // index in addrs, -1 for none
+	for i := range work {
+		at[i] = -1
+		if s.validateMutation(mutationRef(&work[i]), &work[i]) != nil {
+			out[i] = ports.ResolutionNotApplied
+			continue
+		}
+		at[i] = len(addrs)
+		addrs = append(addrs, work[i].Address)
+	}
+	if len(addrs) == 0 {
+		return out
+	}
+	start := time.Now()
+	got := s.storage.Read(ctx, addrs)
+	s.obs.StorageCall(ports.StorageRead, len(addrs), time.Since(start))
+	for i, k := range at {
+		if k < 0 {
+			continue
+		}
+		out[i] = resolve(&work[i], got[k])
+	}
+	return out
+}
+
+// resolve says what the read r of m's record tells of m.
+func resolve(m *domain.Mutation, r ports.ReadResult) ports.Resolution {
+	switch {
+	case r.Err != nil:
+		return ports.ResolutionUnknown
+	case !r.Found && m.Kind == domain.MutationDelete:
+		return ports.ResolutionApplied
+	case !r.Found:
+		return ports.ResolutionNotApplied
+	}
+	switch cov, _ := r.Record.Mark.Check(m.ID, m.Source); cov {
+	case domain.Duplicate:
+		return ports.ResolutionApplied
+	case domain.Superseded:
+		return ports.ResolutionSuperseded
+	}
+	return ports.ResolutionNotApplied
 }

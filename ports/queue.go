@@ -35,6 +35,12 @@ type ApplyOutcome struct {
 	// before (a redelivery: its ID is in the record's applied mark) and
 	// nothing was written; count it apart from new applications.
 	Skipped bool
+	// Superseded is true (with Skipped) when the record's applied mark had
+	// already passed the mutation's log position without holding its ID:
+	// under the log's per-partition order some worker handled it before
+	// (applied it, or dead-lettered it for a failure of its own). It is
+	// neither applied nor dead-lettered.
+	Superseded bool
 }
 
 // MutationHandler applies mutations read from a queue. The application
@@ -44,4 +50,51 @@ type MutationHandler interface {
 	// slice order, different records concurrently — retrying transient
 	// failures with backoff, and returns one outcome per mutation, in order.
 	ApplyMutations(ctx context.Context, mutations []domain.Mutation) []ApplyOutcome
+}
+
+// Resolution is what a record's applied mark says of a queued mutation
+// whose apply failed in a way that may have hidden a write (an unknown
+// outcome, retries exhausted on a transient failure).
+type Resolution uint8
+
+// Resolutions.
+const (
+	// ResolutionUnknown: the record could not be read; nothing is known.
+	ResolutionUnknown Resolution = iota
+	// ResolutionNotApplied: the record does not hold the mutation's ID and
+	// its mark has not passed the mutation's log position: it was not
+	// applied.
+	ResolutionNotApplied
+	// ResolutionApplied: the record's ring holds the mutation's ID (or, for
+	// a delete, the record is gone: a delete removes the mark with the
+	// record, and its effect holds): it was applied.
+	ResolutionApplied
+	// ResolutionSuperseded: the record's mark passed the mutation's log
+	// position without holding its ID: a later mutation of the record was
+	// applied after it (see ApplyOutcome.Superseded).
+	ResolutionSuperseded
+)
+
+func (r Resolution) String() string {
+	switch r {
+	case ResolutionNotApplied:
+		return "not applied"
+	case ResolutionApplied:
+		return "applied"
+	case ResolutionSuperseded:
+		return "superseded"
+	default:
+		return "unknown"
+	}
+}
+
+// MutationResolver is implemented by a MutationHandler (the application)
+// that can tell whether failed queued mutations were applied after all. A
+// consumer asks it before it dead-letters a mutation whose failure may
+// have hidden a write, so that a dead letter is only ever a mutation that
+// was not applied.
+type MutationResolver interface {
+	// ResolveMutations reads the records of the mutations (one storage
+	// call) and returns one resolution per mutation, in order.
+	ResolveMutations(ctx context.Context, mutations []domain.Mutation) []Resolution
 }

@@ -60,6 +60,14 @@ type deadLetterInfo struct {
 	message    string
 	attempts   int
 	mutationID string
+	// mut is the index of the failed mutation in the batch's decoded
+	// mutations (-1: undecodable); uncertain, that its failure may hide a
+	// write that took place (see uncertain).
+	mut       int
+	uncertain bool
+	// overtaken: the batch wrote a later mutation of the same record from
+	// the same partition (see lastWritten).
+	overtaken bool
 }
 
 // newDeadLetterMessage returns the dead-letter message of msg, read from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -181,4 +182,43 @@ func topicID(ctx context.Context, cl *kgo.Client, topic string) (string, error) 
 		}
 	}
 	return "", nil
+}
+
+// ErrFenced is CheckFence's error when the member does not (or may no
+// longer) own its partitions: it must have no more side effects for them.
+var ErrFenced = errors.New("this worker no longer owns its partitions of the mutation log")
+
+// CheckFence asks the group coordinator whether this member still owns
+// its partitions before a side effect that the records' applied marks do
+// not fence (a dead letter): it heartbeats with the member's id and
+// generation, which the coordinator accepts only from a current member of
+// a stable group. A member that was frozen past its session timeout and
+// woke up in the middle of a batch learns here, before it writes, that
+// its partitions went to another member, even when its client has not
+// noticed yet. It returns nil, or ErrFenced wrapping the coordinator's
+// answer (a rebalance in progress counts: the partitions may be moving),
+// or another error when the coordinator cannot be asked (treat it like
+// ErrFenced: the side effect waits).
+func (s *Subscriber) CheckFence(ctx context.Context) error {
+	group, _ := s.client.OptValue(kgo.ConsumerGroup).(string)
+	if group == "" {
+		return nil // not a group member: nobody else reads its partitions
+	}
+	member, gen := s.client.GroupMetadata()
+	if member == "" || gen < 0 {
+		return fmt.Errorf("%w: it has no current membership of group %q", ErrFenced, group)
+	}
+	req := kmsg.NewPtrHeartbeatRequest()
+	req.Group, req.MemberID, req.Generation = group, member, gen
+	if id, _ := s.client.OptValue(kgo.InstanceID).(string); id != "" {
+		req.InstanceID = &id
+	}
+	resp, err := req.RequestWith(ctx, s.client)
+	if err != nil {
+		return fmt.Errorf("cannot ask the group coordinator whether this worker still owns its partitions: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return fmt.Errorf("%w: the group coordinator answered %w", ErrFenced, err)
+	}
+	return nil
 }

@@ -82,6 +82,16 @@ type WorkerStats struct {
 	// HeldPolls are polls that were complete before the poll they follow
 	// (MetadataBatchAfter) and waited for it to be applied.
 	HeldPolls int64
+	// Superseded counts the skipped mutations whose log position their
+	// record's mark had passed (handled by some worker before).
+	Superseded int64
+	// Resolved counts failed mutations found applied (or handled by
+	// another worker) when they were resolved before dead-lettering: they
+	// were not dead-lettered (counted in Skipped too).
+	Resolved int64
+	// Withheld counts dead letters not written because the worker may have
+	// lost the partition (see Worker.deadLetter); they are read again.
+	Withheld int64
 }
 
 // Worker is the worker role: a Watermill message.Router with one handler
@@ -145,7 +155,10 @@ type Worker struct {
 	runErr    error
 	running   atomic.Bool
 
-	stats struct{ batches, records, applied, skipped, deadLettered, parked, held atomic.Int64 }
+	stats struct {
+		batches, records, applied, skipped, deadLettered, parked, held atomic.Int64
+		superseded, resolved, withheld                                 atomic.Int64
+	}
 
 	// attempts sums the attempts of the parked mutation at the head of
 	// each partition over its deliveries (applier goroutine only).
@@ -208,7 +221,8 @@ func (w *Worker) Router() *message.Router { return w.router }
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
 	s := WorkerStats{Batches: w.stats.batches.Load(), Records: w.stats.records.Load(), Applied: w.stats.applied.Load(), Skipped: w.stats.skipped.Load(),
-		DeadLettered: w.stats.deadLettered.Load(), Parked: w.stats.parked.Load(), HeldPolls: w.stats.held.Load()}
+		DeadLettered: w.stats.deadLettered.Load(), Parked: w.stats.parked.Load(), HeldPolls: w.stats.held.Load(),
+		Superseded: w.stats.superseded.Load(), Resolved: w.stats.resolved.Load(), Withheld: w.stats.withheld.Load()}
 	if ks, ok := w.sub.(*Subscriber); ok {
 		st := ks.Stats()
 		s.Commits, s.CommitFailures = st.Commits, st.CommitFailures
@@ -563,6 +577,7 @@ func (w *Worker) apply(entries []*batchEntry, prev *batchOutcome) {
 	held := holdBack(prev, entries, srcs)
 	muts, owners := w.decode(entries, srcs, dead, held)
 	unfinished := w.applyMutations(ctx, muts, owners, entries, srcs, dead)
+	w.resolve(muts, entries, srcs, dead, unfinished)
 	w.deadLetter(entries, srcs, dead, unfinished)
 }
 
@@ -611,7 +626,7 @@ func (w *Worker) decode(entries []*batchEntry, srcs []source, dead []*deadLetter
 		m, err := decodeRecord([]byte(e.msg.Metadata.Get(KeyMetadata)), e.msg.Payload)
 		if err != nil {
 			w.log.Warn("undecodable mutation record: dead-lettering it", "partition", srcs[i].partition, "offset", srcs[i].offset, "error", err)
-			dead[i] = &deadLetterInfo{reason: ReasonUndecodable, code: domain.CodeInvalidArgument, message: err.Error(), mutationID: validUTF8(e.msg.UUID)}
+			dead[i] = &deadLetterInfo{reason: ReasonUndecodable, code: domain.CodeInvalidArgument, message: err.Error(), mutationID: validUTF8(e.msg.UUID), mut: -1}
 			continue
 		}
 		if srcs[i].known {
@@ -631,6 +646,7 @@ func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, own
 	if len(muts) == 0 {
 		return stopAt
 	}
+	var failedAt []int // mutations to dead-letter (index in muts)
 	outcomes := w.handler.ApplyMutations(ctx, muts)
 	parked := w.park(muts, owners, outcomes, srcs)
 	for j, i := range owners {
@@ -639,6 +655,9 @@ func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, own
 			o = outcomes[j]
 		}
 		if o.Err == nil {
+			if o.Superseded {
+				w.stats.superseded.Add(1)
+			}
 			if o.Skipped {
 				w.stats.skipped.Add(1)
 			} else {
@@ -672,9 +691,57 @@ func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, own
 		w.log.Warn("mutation failed permanently: dead-lettering it", "mutation_id", m.ID, "address", m.Address.String(),
 			"kind", m.Kind.String(), "partition", srcs[i].partition, "offset", srcs[i].offset,
 			"code", e.Code.String(), "attempts", o.Attempts, "error", e.Message)
-		dead[i] = &deadLetterInfo{reason: ReasonApplyFailed, code: e.Code, message: e.Error(), attempts: o.Attempts, mutationID: m.ID}
+		dead[i] = &deadLetterInfo{reason: ReasonApplyFailed, code: e.Code, message: e.Error(), attempts: o.Attempts, mutationID: m.ID,
+			mut: j, uncertain: uncertain(e.Code)}
+		failedAt = append(failedAt, j)
+	}
+	if len(failedAt) > 0 {
+		last := lastWritten(muts, owners, outcomes, srcs)
+		for _, j := range failedAt {
+			i := owners[j]
+			at, ok := last[recordAt{srcs[i].partition, muts[j].Address.ID()}]
+			dead[i].overtaken = ok && at > srcs[i].offset
+		}
 	}
 	return stopAt
+}
+
+// recordAt is a record in a partition of the log.
+type recordAt struct {
+	partition int32
+	id        domain.RecordID
+}
+
+// lastWritten returns, per record and partition, the offset of the batch's
+// last mutation that was written (applied, not skipped). A mutation of the
+// record before it that failed was overtaken: the record's mark has passed
+// its position, so the partition's next reader would skip it as
+// superseded, and its dead letter can only come from this worker.
+func lastWritten(muts []domain.Mutation, owners []int, outcomes []ports.ApplyOutcome, srcs []source) map[recordAt]int64 {
+	last := map[recordAt]int64{}
+	for j, i := range owners {
+		if j < len(outcomes) && outcomes[j].Err == nil && !outcomes[j].Skipped && srcs[i].known {
+			k := recordAt{srcs[i].partition, muts[j].Address.ID()}
+			if at, ok := last[k]; !ok || srcs[i].offset > at {
+				last[k] = srcs[i].offset
+			}
+		}
+	}
+	return last
+}
+
+// uncertain reports whether a failure with code c may hide a write that
+// took place (an unknown outcome, a transient failure whose retries ran
+// out after an earlier attempt's outcome was unknown, an unexpected
+// answer): such a mutation is resolved against its record before it is
+// dead-lettered. The other codes say that nothing was written.
+func uncertain(c domain.Code) bool {
+	switch c {
+	case domain.CodeInvalidArgument, domain.CodeNotFound, domain.CodeAlreadyExists, domain.CodeRevisionMismatch,
+		domain.CodeFailedPrecondition, domain.CodePermissionDenied, domain.CodeUnauthenticated, domain.CodeAborted:
+		return false
+	}
+	return true
 }
 
 // park decides which failed outcomes are parked (delivered again later)
@@ -733,19 +800,113 @@ func (w *Worker) park(muts []domain.Mutation, owners []int, outcomes []ports.App
 	return parked
 }
 
+// resolve settles, before they are dead-lettered, the failed mutations
+// whose failure may hide a write that took place (deadLetterInfo.
+// uncertain): the handler (a ports.MutationResolver) reads their records'
+// applied marks in one call. One found applied, or passed by a later
+// mutation of its record that this batch did not write (another worker
+// handled it), is acked without a dead letter, counted as skipped; one
+// whose record cannot be read is not dead-lettered now: it is parked (or
+// nacked) and delivered again. A dead letter is only ever a mutation that
+// was not applied.
+func (w *Worker) resolve(muts []domain.Mutation, entries []*batchEntry, srcs []source, dead []*deadLetterInfo, stopAt map[int32]int64) {
+	r, ok := w.handler.(ports.MutationResolver)
+	if !ok {
+		return
+	}
+	var idx []int
+	var ask []domain.Mutation
+	for i, d := range dead {
+		if d != nil && d.uncertain && d.mut >= 0 && !beyond(stopAt, srcs[i]) {
+			idx = append(idx, i)
+			ask = append(ask, muts[d.mut])
+		}
+	}
+	if len(ask) == 0 {
+		return
+	}
+	// The batch's own context may have ended with its time budget.
+	ctx, cancel := context.WithTimeout(w.applyCtx, w.cfg.DeadLetterTimeout)
+	defer cancel()
+	got := r.ResolveMutations(ctx, ask)
+	for n, i := range idx {
+		res := ports.ResolutionUnknown
+		if n < len(got) {
+			res = got[n]
+		}
+		d := dead[i]
+		switch {
+		case res == ports.ResolutionNotApplied, res == ports.ResolutionSuperseded && d.overtaken:
+			continue // not applied: dead-lettered
+		case res == ports.ResolutionApplied, res == ports.ResolutionSuperseded:
+			dead[i] = nil
+			entries[i].err = nil
+			w.stats.skipped.Add(1)
+			w.stats.resolved.Add(1)
+			if res == ports.ResolutionSuperseded {
+				w.stats.superseded.Add(1)
+			}
+			w.log.Warn("a failed mutation was found handled after all: not dead-lettered", "mutation_id", d.mutationID,
+				"resolution", res.String(), "partition", srcs[i].partition, "offset", srcs[i].offset, "code", d.code.String())
+		default:
+			dead[i] = nil
+			w.stats.parked.Add(1)
+			entries[i].err = fmt.Errorf("%w: it failed (%s) and whether it was applied cannot be told now", errUnfinished, d.code)
+			if markParked(entries[i].msg) {
+				entries[i].parked = true
+				continue
+			}
+			if at, ok := stopAt[srcs[i].partition]; !ok || srcs[i].offset < at || !srcs[i].known {
+				stopAt[srcs[i].partition] = srcs[i].offset
+			}
+		}
+	}
+}
+
+// beyond reports whether src lies at or after its partition's first
+// unfinished offset in stopAt (or its position is not known while the
+// partition has one).
+func beyond(stopAt map[int32]int64, src source) bool {
+	at, ok := stopAt[src.partition]
+	return ok && (src.offset > at || !src.known)
+}
+
 // deadLetter publishes the dead letters of records before their
 // partition's first unfinished offset and waits for the acknowledgements;
 // the others are nacked (read again).
+//
+// Fenced first: a worker that lost its partitions has no more side effects
+// for them. Right before publishing, it checks that the batch was not
+// fenced (Fence) and asks the group coordinator (Subscriber.CheckFence,
+// which a worker that was frozen and woke up mid-batch needs: its client
+// may not know yet). When fenced, its dead letters are nacked, for the
+// partition's new owner to decide, except those of mutations this batch
+// overtook (deadLetterInfo.overtaken), which the new owner would skip as
+// superseded: their dead letters are written, so none is lost (such a
+// dead letter may then exist twice; a replay applies it once).
 func (w *Worker) deadLetter(entries []*batchEntry, srcs []source, dead []*deadLetterInfo, stopAt map[int32]int64) {
 	var idx []int
 	var msgs []*message.Message
 	now := w.cfg.Now()
+	var fenced error
+	checked := false
 	for i, d := range dead {
 		if d == nil {
 			continue
 		}
-		if at, ok := stopAt[srcs[i].partition]; ok && (srcs[i].offset > at || !srcs[i].known) {
+		if beyond(stopAt, srcs[i]) {
 			entries[i].err = fmt.Errorf("%w: an earlier mutation of its partition was not finished", errUnfinished)
+			continue
+		}
+		if !checked {
+			fenced, checked = w.checkFence(entries), true
+			if fenced != nil {
+				w.log.Warn("not writing this batch's dead letters: the worker may have lost its partitions; the partitions' owner decides", "error", fenced)
+			}
+		}
+		if fenced != nil && !d.overtaken {
+			w.stats.withheld.Add(1)
+			entries[i].err = fmt.Errorf("%w: %w", errUnfinished, fenced)
 			continue
 		}
 		idx = append(idx, i)
@@ -766,6 +927,25 @@ func (w *Worker) deadLetter(entries []*batchEntry, srcs []source, dead []*deadLe
 	for reason, n := range counts {
 		w.cfg.Observer.DeadLettered(reason, n)
 	}
+}
+
+// checkFence reports why the batch of entries may no longer belong to
+// this worker: its messages' context ended (the subscriber fenced the
+// poll, or is closing), or the group coordinator does not see this member
+// as a current owner (Subscriber.CheckFence). Nil: go ahead.
+func (w *Worker) checkFence(entries []*batchEntry) error {
+	if len(entries) > 0 {
+		if c := entries[0].msg.Context(); c != nil && c.Err() != nil {
+			return fmt.Errorf("%w: the poll was fenced or the worker is stopping (%w)", ErrFenced, c.Err())
+		}
+	}
+	f, ok := w.sub.(interface{ CheckFence(context.Context) error })
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(w.applyCtx, w.cfg.DeadLetterTimeout)
+	defer cancel()
+	return f.CheckFence(ctx)
 }
 
 // publishDeadLetters publishes the dead-letter messages, retrying the

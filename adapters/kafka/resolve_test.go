@@ -1,0 +1,250 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// resolvingHandler is a fakeHandler that is also a ports.MutationResolver:
+// resolutions[id] are its answers for mutation id, one per call (the last
+// one repeats).
+type resolvingHandler struct {
+	fakeHandler
+	rmu         sync.Mutex
+	resolutions map[string][]ports.Resolution
+	asked       []string
+}
+
+func (h *resolvingHandler) ResolveMutations(_ context.Context, muts []domain.Mutation) []ports.Resolution {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	out := make([]ports.Resolution, len(muts))
+	for i, m := range muts {
+		h.asked = append(h.asked, m.ID)
+		rs := h.resolutions[m.ID]
+		if len(rs) == 0 {
+			out[i] = ports.ResolutionNotApplied
+			continue
+		}
+		out[i] = rs[0]
+		if len(rs) > 1 {
+			h.resolutions[m.ID] = rs[1:]
+		}
+	}
+	return out
+}
+
+func (h *resolvingHandler) askedIDs() []string {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	return slices.Clone(h.asked)
+}
+
+func deadLetterIDs(t *testing.T, brokers []string) []string {
+	t.Helper()
+	letters, err := ReadDeadLetters(context.Background(), brokers, "muts.dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, d := range letters {
+		ids = append(ids, d.MutationID)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// A dead letter is only ever a mutation that was not applied: a mutation
+// its record's mark has passed is skipped (superseded), not dead-lettered;
+// a failure that may hide a write is resolved against its record first
+// (applied: acked; unknown: delivered again; not applied: dead-lettered);
+// a failure that says nothing was written is dead-lettered without a
+// look.
+func TestWorkerDeadLettersOnlyMutationsThatWereNotApplied(t *testing.T) {
+	env := newConsumerEnv(t, 1)
+	env.submit(t,
+		testMutation("superseded", "k1"),
+		testMutation("unknown-but-applied", "k2"),
+		testMutation("unavailable-not-applied", "k3"),
+		testMutation("invalid", "k4"),
+		testMutation("unknown-then-readable", "k5"),
+		testMutation("fine", "k6"),
+	)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	h := &resolvingHandler{resolutions: map[string][]ports.Resolution{
+		"unknown-but-applied":     {ports.ResolutionApplied},
+		"unavailable-not-applied": {ports.ResolutionNotApplied},
+		// The record cannot be read the first time; then the mutation is
+		// delivered again and applies.
+		"unknown-then-readable": {ports.ResolutionUnknown},
+	}}
+	h.outcome = func(_ context.Context, m domain.Mutation) ports.ApplyOutcome {
+		mu.Lock()
+		calls[m.ID]++
+		n := calls[m.ID]
+		mu.Unlock()
+		switch m.ID {
+		case "superseded":
+			return ports.ApplyOutcome{Attempts: 1, Skipped: true, Superseded: true}
+		case "unknown-but-applied":
+			return ports.ApplyOutcome{Err: domain.Errorf(domain.CodeOutcomeUnknown, "retries exhausted: timed out after sending"), Attempts: 5}
+		case "unavailable-not-applied":
+			return ports.ApplyOutcome{Err: domain.Errorf(domain.CodeUnavailable, "retries exhausted: no connection"), Attempts: 5}
+		case "invalid":
+			return ports.ApplyOutcome{Err: domain.Errorf(domain.CodeInvalidArgument, "the profile rejected the intent"), Attempts: 1}
+		case "unknown-then-readable":
+			if n == 1 {
+				return ports.ApplyOutcome{Err: domain.Errorf(domain.CodeOutcomeUnknown, "retries exhausted"), Attempts: 5}
+			}
+		}
+		return ports.ApplyOutcome{Attempts: 1}
+	}
+	c, _ := env.start(t, h, 100)
+	waitFor(t, 20*time.Second, "every mutation settled", func() bool {
+		st := c.Stats()
+		return st.DeadLettered >= 2 && slices.Contains(h.appliedIDs(), "unknown-then-readable") && st.Commits >= 1
+	})
+	if got, want := deadLetterIDs(t, env.brokers), []string{"invalid", "unavailable-not-applied"}; !slices.Equal(got, want) {
+		t.Fatalf("dead letters %v, want %v", got, want)
+	}
+	asked := h.askedIDs()
+	sort.Strings(asked)
+	if want := []string{"unavailable-not-applied", "unknown-but-applied", "unknown-then-readable"}; !slices.Equal(asked, want) {
+		t.Fatalf("resolved %v, want %v (only failures that may hide a write)", asked, want)
+	}
+	st := c.Stats()
+	if st.Superseded != 1 || st.Resolved != 1 || st.DeadLettered != 2 {
+		t.Fatalf("stats %+v: want 1 superseded, 1 resolved as applied, 2 dead letters", st)
+	}
+}
+
+// fencedSubscriber is a Subscriber whose group coordinator always says
+// that the member lost its partitions (as it would to a worker that was
+// frozen past its session timeout and woke up in the middle of a batch).
+type fencedSubscriber struct {
+	*Subscriber
+	checks int
+	mu     sync.Mutex
+}
+
+func (f *fencedSubscriber) CheckFence(context.Context) error {
+	f.mu.Lock()
+	f.checks++
+	f.mu.Unlock()
+	return ErrFenced
+}
+
+// A worker that lost its partitions writes no dead letters for them (the
+// partitions' new owner decides), except those of mutations it overtook:
+// it wrote a later mutation of the same record, so the new owner would
+// skip them as superseded.
+func TestFencedWorkerWithholdsDeadLetters(t *testing.T) {
+	env := newConsumerEnv(t, 1)
+	env.submit(t,
+		testMutation("overtaken", "k1"), testMutation("after-overtaken", "k1"),
+		testMutation("alone", "k2"),
+	)
+	h := &fakeHandler{outcome: func(_ context.Context, m domain.Mutation) ports.ApplyOutcome {
+		if m.ID == "overtaken" || m.ID == "alone" {
+			return ports.ApplyOutcome{Err: domain.Errorf(domain.CodeInvalidArgument, "the profile rejected the intent"), Attempts: 1}
+		}
+		return ports.ApplyOutcome{Attempts: 1}
+	}}
+	cl, err := NewClient(ClientConfig{Brokers: env.brokers, GroupID: "g", Topic: "muts", SessionTimeout: 6 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := NewSubscriber(cl, SubscriberConfig{Topic: "muts", MaxPollRecords: 100, Logger: quietLogger(), RedeliveryDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &fencedSubscriber{Subscriber: inner}
+	w, err := NewWorker(sub, NewPublisher(cl), h, WorkerConfig{Topic: "muts", DeadLetterTopic: "muts.dlq", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stop(t, w, cl, 5*time.Second) })
+	waitFor(t, 20*time.Second, "the batch handled", func() bool {
+		st := w.Stats()
+		return st.DeadLettered >= 1 && st.Withheld >= 1
+	})
+	if got := deadLetterIDs(t, env.brokers); !slices.Equal(got, []string{"overtaken"}) {
+		t.Fatalf("dead letters %v, want only [overtaken]", got)
+	}
+	sub.mu.Lock()
+	checks := sub.checks
+	sub.mu.Unlock()
+	if checks == 0 {
+		t.Fatal("the worker did not ask the group coordinator before writing dead letters")
+	}
+}
+
+// CheckFence asks the group coordinator: a member of a stable group owns
+// its partitions; while the group rebalances (another member joined, and
+// this one still holds its poll), it may not.
+func TestCheckFenceAsksTheCoordinator(t *testing.T) {
+	env := newConsumerEnv(t, 2)
+	env.submit(t, testMutation("a", "a"), testMutation("b", "b"))
+	newMember := func() *Subscriber {
+		cl, err := NewClient(ClientConfig{Brokers: env.brokers, GroupID: "fence", Topic: "muts", SessionTimeout: 6 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cl.AllowRebalance() // a client that holds a poll cannot leave the group
+			cl.Close()
+		})
+		s, err := NewSubscriber(cl, SubscriberConfig{Topic: "muts", Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	poll := func(s *Subscriber) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		return s.client.PollRecords(ctx, 10).NumRecords()
+	}
+	check := func(s *Subscriber) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return s.CheckFence(ctx)
+	}
+	a := newMember()
+	// Polling joins the group; with BlockRebalanceOnPoll the member keeps
+	// its partitions until it allows a rebalance.
+	waitFor(t, 20*time.Second, "the first member to poll", func() bool { return poll(a) > 0 })
+	if err := check(a); err != nil {
+		t.Fatalf("a stable group's only member is fenced: %v", err)
+	}
+	b := newMember()
+	go poll(b) // joins: the group rebalances while a holds its poll
+	waitFor(t, 20*time.Second, "the coordinator to answer the first member with a rebalance", func() bool {
+		return errors.Is(check(a), ErrFenced)
+	})
+	err := check(a)
+	if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "REBALANCE_IN_PROGRESS") {
+		t.Fatalf("CheckFence during a rebalance: %v", err)
+	}
+	// Both let the rebalance through and poll again: a stable group of two.
+	waitFor(t, 30*time.Second, "the group to settle with both members current", func() bool {
+		a.client.AllowRebalance()
+		b.client.AllowRebalance()
+		poll(a)
+		poll(b)
+		return check(a) == nil && check(b) == nil
+	})
+}
