@@ -16,17 +16,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sink-io/sink/adapters/kafka"
-	"github.com/sink-io/sink/bootstrap"
-	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/internal/testkit"
-	"github.com/sink-io/sink/internal/testkit/countprofile"
-	"github.com/sink-io/sink/internal/testkit/kafkatest"
-	"github.com/sink-io/sink/internal/testkit/mongotest"
-	"github.com/sink-io/sink/internal/testkit/sinktest"
-	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
 // Crash trials: a worker process (the sink binary with the non-idempotent
@@ -57,98 +48,17 @@ func TestAsyncWorkerCrashTrialsEffectivelyOnce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("random seed %d", seed)
 
-	mongo := mongotest.Private(t)
-	// The broker lets a member's session be short, so that the partitions
-	// of a killed worker pass to the next one in about 2 s.
-	broker := kafkatest.StartBroker(t, kafkatest.Topics(asyncTopic, asyncDLT), kafkatest.Partitions(4),
-		kafkatest.BrokerArgs("-min-session-timeout", "1s"))
-	bin := asyncBuildSinkCount(t)
-	ns := mongotest.DatabaseName(t)
-
-	// The API: a server process (in the test process) with the same storage.
-	server := sinktest.Start(t, asyncEnv([]string{broker.Addr()}, bootstrap.ModeServer, mongo.SinkEnv()), bootstrap.MergeProfile(countprofile.New))
-	c := server.Client
-	recAddr := func(r int) *sinkv1.RecordAddress { return addr(ns, "counters", fmt.Sprintf("c%02d", r)) }
-	queued := 0
-	queue := func(n int) {
-		ops := make([]*sinkv1.WriteOperation, 0, n)
-		for i := queued; i < queued+n; i++ {
-			intent, err := countprofile.Encode(domain.ContentTypeBSON, countprofile.Intent{Add: 1, ID: fmt.Sprintf("m%05d", i)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ops = append(ops, &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Merge{Merge: &sinkv1.MergeOperation{
-				Address: recAddr(i % records), Profile: countprofile.Name,
-				Intent: &sinkv1.Document{ContentType: intent.ContentType, Data: intent.Data}}}})
-		}
-		asyncMustAccept(t, c, ops...)
-		queued += n
-	}
-	// applied reads every counter: the applications in total and per tag.
-	applied := func() (total int, ids map[string]int, state string) {
-		ids = map[string]int{}
-		ops := make([]*sinkv1.ReadOperation, records)
-		for r := range ops {
-			ops[r] = &sinkv1.ReadOperation{Address: recAddr(r)}
-		}
-		resp, err := c.Read(context.Background(), &sinkv1.ReadRequest{Operations: ops})
-		if err != nil {
-			return -1, nil, err.Error()
-		}
-		for r, res := range resp.GetResults() {
-			if res.GetStatus() == notFound {
-				continue
-			}
-			if res.GetStatus() != found {
-				return -1, nil, fmt.Sprintf("record %d: %v %v", r, res.GetStatus(), res.GetError())
-			}
-			var doc countprofile.Counter
-			d := domain.Document{ContentType: res.GetDocument().GetContentType(), Data: res.GetDocument().GetData()}
-			if err := countprofile.Decode(d, &doc); err != nil {
-				return -1, nil, err.Error()
-			}
-			if doc.N != len(doc.IDs) {
-				return -1, nil, fmt.Sprintf("record %d: n=%d but %d ids", r, doc.N, len(doc.IDs))
-			}
-			total += doc.N
-			for _, id := range doc.IDs {
-				ids[id]++
-			}
-		}
-		return total, ids, fmt.Sprintf("%d applied, %d distinct of %d queued", total, len(ids), queued)
-	}
+	r := newCounterRig(t, records)
 	workerEnv := func(logLevel string) ([]string, string) {
-		port := kafkatest.FreePort(t)
-		env := []string{
-			"SINK_MODE=worker",
-			"SINK_KAFKA_BROKERS=" + broker.Addr(),
-			"SINK_KAFKA_TOPIC=" + asyncTopic,
-			"SINK_KAFKA_GROUP_ID=sink-workers",
-			// Short group timeouts, so that the partitions of a killed
-			// worker (even one killed while it was joining the group) pass
-			// to the next one within seconds. A batch's time budget is a
-			// third of the rebalance timeout (2 s, several batches on
-			// FerretDB); the backoff must fit in it.
-			"SINK_KAFKA_SESSION_TIMEOUT=2s",
-			"SINK_KAFKA_REBALANCE_TIMEOUT=6s",
-			"SINK_APPLY_MAX_BACKOFF=500ms",
-			"SINK_KAFKA_MAX_POLL_RECORDS=" + strconv.Itoa(batch),
-			"SINK_HTTP_ADDRESS=127.0.0.1:" + strconv.Itoa(port),
-			"SINK_LOG_FORMAT=text",
-			"SINK_LOG_LEVEL=" + logLevel,
-		}
-		for k, v := range mongo.SinkEnv() {
-			env = append(env, k+"="+v)
-		}
-		return env, fmt.Sprintf("http://127.0.0.1:%d", port)
+		// Short group timeouts, so that the partitions of a killed worker
+		// (even one killed while it was joining the group) pass to the next
+		// one within seconds. A batch's time budget is a third of the
+		// rebalance timeout (2 s, several batches on FerretDB); the backoff
+		// must fit in it.
+		return r.workerEnv(logLevel, "SINK_KAFKA_SESSION_TIMEOUT=2s", "SINK_KAFKA_REBALANCE_TIMEOUT=6s",
+			"SINK_KAFKA_MAX_POLL_RECORDS="+strconv.Itoa(batch))
 	}
-
-	admClient, err := kgo.NewClient(kgo.SeedBrokers(broker.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admClient.Close()
-	adm := kadm.NewClient(admClient)
+	queue, applied, adm, bin := r.queue, r.applied, r.adm, r.bin
 
 	started := time.Now()
 	killedBusy := 0
@@ -196,11 +106,11 @@ func TestAsyncWorkerCrashTrialsEffectivelyOnce(t *testing.T) {
 			return groupMembers(adm, "sink-workers", "Empty", 0)
 		})
 		atKill, _, _ := applied()
-		if atKill < queued {
+		if atKill < r.queued {
 			killedBusy++
 		}
 		t.Logf("trial %2d: SIGKILL %v %s, %v after its start; %d of %d queued applied", trial, wait.Round(time.Millisecond), how,
-			time.Since(begin).Round(time.Millisecond), atKill, queued)
+			time.Since(begin).Round(time.Millisecond), atKill, r.queued)
 	}
 	t.Logf("%d trials in %v, %d of the kills with work still queued", trials, time.Since(started).Round(time.Millisecond), killedBusy)
 	if killedBusy < trials/2 {
@@ -212,65 +122,16 @@ func TestAsyncWorkerCrashTrialsEffectivelyOnce(t *testing.T) {
 	// (Its log, shown if the test fails, names every skipped redelivery.)
 	env, httpURL := workerEnv("debug")
 	last := asyncStartProcess(t, bin, env)
-	var total, lost, twice int
-	var ids map[string]int
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		total, ids, _ = applied()
-		if total < 0 {
-			t.Fatal("cannot read the counters")
-		}
-		if len(ids) == queued || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(ids) == queued {
-		// Then the whole log is committed: nothing more can apply.
-		eventually(t, 30*time.Second, "the last worker to commit the whole log", func() (bool, string) {
-			return groupCaughtUp(adm, "sink-workers", asyncTopic)
-		})
-		total, ids, _ = applied()
-	}
-	for i := range queued {
-		switch n := ids[fmt.Sprintf("m%05d", i)]; {
-		case n == 0:
-			lost++
-		case n > 1:
-			twice += n - 1
-		}
-	}
-	if len(ids) > queued {
-		t.Errorf("%d distinct tags applied, only %d queued", len(ids), queued)
-	}
+	lost, twice, total := r.drainAndCount(90 * time.Second)
 	t.Logf("after %d SIGKILLs and a drain of %v: %d mutations accepted, %d applications; lost: %d; applied twice: %d",
-		trials, time.Since(drain).Round(time.Millisecond), queued, total, lost, twice)
+		trials, time.Since(drain).Round(time.Millisecond), r.queued, total, lost, twice)
 	skipped += workerSkipped(httpURL)
 	t.Logf("the workers skipped at least %d redelivered mutations as already applied (sink_mutations_deduplicated_total)", skipped)
 	if skipped == 0 {
 		t.Error("no worker skipped a redelivery: no kill interrupted a batch, so the trials proved nothing")
 	}
-	if letters, err := kafka.ReadDeadLetters(context.Background(), []string{broker.Addr()}, asyncDLT); err != nil {
-		t.Errorf("reading the dead letters: %v", err)
-	} else {
-		for _, d := range letters {
-			t.Errorf("dead letter: mutation %s %s: %s", d.MutationID, d.ErrorCode, d.ErrorMessage)
-		}
-	}
-	if lost > 0 {
-		var missing []string
-		for i := 0; i < queued && len(missing) < 10; i++ {
-			if id := fmt.Sprintf("m%05d", i); ids[id] == 0 {
-				missing = append(missing, fmt.Sprintf("%s (record c%02d)", id, i%records))
-			}
-		}
-		_, lag := groupCaughtUp(adm, "sink-workers", asyncTopic)
-		_, members := groupMembers(adm, "sink-workers", "Stable", 1)
-		t.Logf("the group: %s; %s", members, lag)
-		t.Errorf("%d accepted mutations were lost (or not applied within 90 s of the last start), for example %s", lost, strings.Join(missing, ", "))
-	}
-	if twice > 0 {
-		t.Errorf("%d applications were duplicates: a mutation was applied twice", twice)
+	for _, d := range r.deadLetters() {
+		t.Errorf("dead letter: mutation %s %s: %s", d.MutationID, d.ErrorCode, d.ErrorMessage)
 	}
 	if err := last.term(); err != nil {
 		t.Errorf("stopping the last worker: %v\n%s", err, last.output())
@@ -282,22 +143,7 @@ func TestAsyncWorkerCrashTrialsEffectivelyOnce(t *testing.T) {
 
 // workerSkipped returns the worker's count of queued mutations skipped as
 // already applied (0 when its metrics cannot be read).
-func workerSkipped(baseURL string) int {
-	code, body := httpGetQuiet(baseURL + "/metrics")
-	if code != 200 {
-		return 0
-	}
-	n := 0
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, "sink_mutations_deduplicated_total{") && strings.Contains(line, `reason="duplicate"`) && strings.Contains(line, `source="worker"`) {
-			if f := strings.Fields(line); len(f) == 2 {
-				v, _ := strconv.ParseFloat(f[1], 64)
-				n += int(v)
-			}
-		}
-	}
-	return n
-}
+func workerSkipped(baseURL string) int { return workerDeduplicated(baseURL, "duplicate") }
 
 // groupMembers reports whether group is in state with n members.
 func groupMembers(adm *kadm.Client, group, state string, n int) (bool, string) {
@@ -429,3 +275,10 @@ func httpGetQuiet(url string) (int, string) {
 	_, _ = b.ReadFrom(resp.Body)
 	return resp.StatusCode, b.String()
 }
+
+// freeze stops the process with SIGSTOP (it keeps its sockets and state,
+// as a paused container or a long stop-the-world would).
+func (p *asyncProcess) freeze() error { return p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// thaw continues a frozen process with SIGCONT.
+func (p *asyncProcess) thaw() error { return p.cmd.Process.Signal(syscall.SIGCONT) }

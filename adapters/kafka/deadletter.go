@@ -65,6 +65,7 @@ type deadLetterInfo struct {
 	// write that took place (see uncertain).
 	mut       int
 	uncertain bool
+	detail    string // the error's own message, for the log
 	// overtaken: the batch wrote a later mutation of the same record from
 	// the same partition (see lastWritten).
 	overtaken bool

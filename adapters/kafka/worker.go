@@ -578,7 +578,7 @@ func (w *Worker) apply(entries []*batchEntry, prev *batchOutcome) {
 	muts, owners := w.decode(entries, srcs, dead, held)
 	unfinished := w.applyMutations(ctx, muts, owners, entries, srcs, dead)
 	w.resolve(muts, entries, srcs, dead, unfinished)
-	w.deadLetter(entries, srcs, dead, unfinished)
+	w.deadLetter(muts, entries, srcs, dead, unfinished)
 }
 
 // holdBack settles, without applying them, the messages of a poll emitted
@@ -688,11 +688,8 @@ func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, own
 			continue
 		}
 		m := muts[j]
-		w.log.Warn("mutation failed permanently: dead-lettering it", "mutation_id", m.ID, "address", m.Address.String(),
-			"kind", m.Kind.String(), "partition", srcs[i].partition, "offset", srcs[i].offset,
-			"code", e.Code.String(), "attempts", o.Attempts, "error", e.Message)
 		dead[i] = &deadLetterInfo{reason: ReasonApplyFailed, code: e.Code, message: e.Error(), attempts: o.Attempts, mutationID: m.ID,
-			mut: j, uncertain: uncertain(e.Code)}
+			mut: j, uncertain: uncertain(e.Code), detail: e.Message}
 		failedAt = append(failedAt, j)
 	}
 	if len(failedAt) > 0 {
@@ -884,7 +881,7 @@ func beyond(stopAt map[int32]int64, src source) bool {
 // overtook (deadLetterInfo.overtaken), which the new owner would skip as
 // superseded: their dead letters are written, so none is lost (such a
 // dead letter may then exist twice; a replay applies it once).
-func (w *Worker) deadLetter(entries []*batchEntry, srcs []source, dead []*deadLetterInfo, stopAt map[int32]int64) {
+func (w *Worker) deadLetter(muts []domain.Mutation, entries []*batchEntry, srcs []source, dead []*deadLetterInfo, stopAt map[int32]int64) {
 	var idx []int
 	var msgs []*message.Message
 	now := w.cfg.Now()
@@ -923,6 +920,12 @@ func (w *Worker) deadLetter(entries []*batchEntry, srcs []source, dead []*deadLe
 			continue
 		}
 		counts[deadLetterReason(dead[i])]++
+		if d := dead[i]; d.mut >= 0 {
+			m := &muts[d.mut]
+			w.log.Warn("mutation failed permanently: dead-lettering it", "mutation_id", m.ID, "address", m.Address.String(),
+				"kind", m.Kind.String(), "partition", srcs[i].partition, "offset", srcs[i].offset,
+				"code", d.code.String(), "attempts", d.attempts, "error", d.detail)
+		}
 	}
 	for reason, n := range counts {
 		w.cfg.Observer.DeadLettered(reason, n)

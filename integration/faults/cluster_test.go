@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -273,6 +274,26 @@ func (c *cluster) deadLettered(ids map[string]seqRef) map[seqRef]bool {
 		}
 	}
 	return out
+}
+
+// appliedDeadLetters counts the mutations of l that a worker dead-lettered
+// (by its logs) although storage holds them applied.
+func (c *cluster) appliedDeadLetters(ctx context.Context, l *load) int {
+	dl := c.deadLettered(l.mutationIDs())
+	if len(dl) == 0 {
+		return 0
+	}
+	applied, err := l.applied(ctx, c.client)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for r := range dl {
+		if slices.Contains(applied[r.key], r.seq) {
+			n++
+		}
+	}
+	return n
 }
 
 // awaitLog waits until the container's output holds the line prefix at

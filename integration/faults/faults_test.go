@@ -34,14 +34,15 @@ type fault struct {
 const (
 	dbPause       = 8 * time.Second                // longer than the driver's timeouts (dbURI: 3 s, 5 s)
 	partitionTime = sessionTimeout + 4*time.Second // longer than the group session timeout
+	freezeTime    = sessionTimeout + 6*time.Second // longer than the session timeout: the worker is expelled while frozen
 	recoveryLimit = 90 * time.Second               // a trial fails when not recovered by then
 	loadInterval  = 60 * time.Millisecond          // between two mutations of one record
 	loadRecords   = 8                              // records per trial
 	loadPerRecord = 50                             // mutations per record: 400 per trial over 3 s
 	loadDuration  = loadPerRecord * loadInterval   // about 3 s
 	stopGrace     = 25 * time.Second               // docker stop grace for SIGTERM
-	allFaults     = "worker-sigkill,db-pause,worker-partition,broker-restart,server-sigterm"
-	defaultTrials = "worker-sigkill=3,db-pause=2,worker-partition=2,broker-restart=2,server-sigterm=2"
+	allFaults     = "worker-sigkill,worker-freeze,db-pause,worker-partition,broker-restart,server-sigterm"
+	defaultTrials = "worker-sigkill=3,worker-freeze=2,db-pause=2,worker-partition=2,broker-restart=2,server-sigterm=2"
 )
 
 func faults() []fault {
@@ -59,6 +60,19 @@ func faults() []fault {
 					return "", err
 				}
 				return w.role, w.restart()
+			},
+		},
+		{
+			name:     "worker-freeze",
+			burst:    true,
+			describe: fmt.Sprintf("docker pause of a worker for %s (session timeout %s: the group expels it and its partitions move), then unpause: it wakes up in the middle of what it was doing", freezeTime, sessionTimeout),
+			inject: func(ctx context.Context, c *cluster, trial int, rng *rand.Rand) (string, error) {
+				w := c.workers[rng.IntN(len(c.workers))]
+				if err := w.pause(); err != nil {
+					return "", err
+				}
+				ctxtime.Sleep(ctx, freezeTime) // the length of the fault
+				return w.role, w.unpause()
 			},
 		},
 		{
@@ -295,6 +309,10 @@ func runTrial(t *testing.T, ctx context.Context, c *cluster, f fault, trial int,
 	t.Logf("%s: accepted %d, applied %d, lost %d (dead-lettered %d), twice %d, out of order %d, ambiguous %d, retryable errors %d, wrong answers %d, recovered in %s",
 		res.detail, cnt.Accepted, cnt.Applied, cnt.Lost, cnt.DeadLettered, cnt.Twice, cnt.OutOfOrder, cnt.Ambiguous, res.retryable, res.wrong, res.recovery.Round(time.Millisecond))
 	res.load = l
+	if n := c.appliedDeadLetters(ctx, l); n > 0 {
+		res.counts.DeadApplied = n
+		t.Errorf("%s trial %d: %d dead letters of mutations that were applied (a replay would apply them twice)", f.name, trial, n)
+	}
 	return res
 }
 
@@ -380,6 +398,7 @@ func renderTable(results []trialResult, dbKind string, requireOnce bool, took ti
 	type agg struct {
 		trials, failedTrials                                                   int
 		accepted, applied, lost, dead, twice, ooo, ambiguous, retryable, wrong int
+		deadApplied                                                            int
 		rec                                                                    []time.Duration
 	}
 	byFault := map[string]*agg{}
@@ -397,6 +416,7 @@ func renderTable(results []trialResult, dbKind string, requireOnce bool, took ti
 		a.applied += r.counts.Applied
 		a.lost += r.counts.Lost
 		a.dead += r.counts.DeadLettered
+		a.deadApplied += r.counts.DeadApplied
 		a.twice += r.counts.Twice
 		a.ooo += r.counts.OutOfOrder
 		a.ambiguous += r.counts.Ambiguous
@@ -405,8 +425,8 @@ func renderTable(results []trialResult, dbKind string, requireOnce bool, took ti
 		a.rec = append(a.rec, r.recovery)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| Fault | Trials | Accepted | Applied | Lost (dead-lettered) | Applied twice | Out of order | Recovery median / max | Client: retryable errors | Client: wrong answers |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
+	fmt.Fprintf(&b, "| Fault | Trials | Accepted | Applied | Lost (dead-lettered) | Applied twice | Out of order | Dead letters of applied | Recovery median / max | Client: retryable errors | Client: wrong answers |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
 	for _, name := range strings.Split(allFaults, ",") {
 		a := byFault[name]
 		if a == nil {
@@ -414,7 +434,7 @@ func renderTable(results []trialResult, dbKind string, requireOnce bool, took ti
 		}
 		sort.Slice(a.rec, func(i, j int) bool { return a.rec[i] < a.rec[j] })
 		med, mx := a.rec[len(a.rec)/2], a.rec[len(a.rec)-1]
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d (%d) | %d | %d | %s / %s | %d | %d |\n", name, a.trials, a.accepted, a.applied, a.lost, a.dead, a.twice, a.ooo,
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d (%d) | %d | %d | %d | %s / %s | %d | %d |\n", name, a.trials, a.accepted, a.applied, a.lost, a.dead, a.twice, a.ooo, a.deadApplied,
 			med.Round(100*time.Millisecond), mx.Round(100*time.Millisecond), a.retryable, a.wrong)
 	}
 	for _, f := range faults() {

@@ -212,6 +212,9 @@ type counts struct {
 	// DeadLettered of the Lost: the worker dead-lettered them (its log
 	// says so) instead of applying them.
 	DeadLettered int
+	// DeadApplied: mutations a worker dead-lettered although they were
+	// applied (a dead letter must only ever be a mutation that was not).
+	DeadApplied int
 }
 
 // analyze compares what the clients were told with what storage holds.
