@@ -17,7 +17,7 @@ STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Test timeout per package; the whole suite stays well under CI's limit.
 TEST_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all build run test test-race test-unit test-integration test-faults lint proto bench fuzz tools clean help
+.PHONY: all build run test test-race test-unit test-integration test-faults test-history lint proto bench fuzz tools clean help
 
 all: lint test
 
@@ -29,6 +29,7 @@ help:
 	@echo "make test-unit         run the tests that need no MongoDB or Kafka server"
 	@echo "make test-integration  run only the MongoDB- and Kafka-backed tests"
 	@echo "make test-faults       container fault suite (Docker; FAULTS_TRIALS=worker-sigkill=20,db-pause=5,...)"
+	@echo "make test-history      long linearizability histories of the synchronous API (HISTORY_OPS operations per client)"
 	@echo "make lint              go vet, staticcheck, gofmt, go mod tidy check, buf lint"
 	@echo "make proto             regenerate the committed protobuf code"
 	@echo "make bench             run the benchmarks"
@@ -80,6 +81,13 @@ FAULTS_REQUIRE_ONCE ?= 1
 test-faults:
 	SINK_FAULTS=1 SINK_FAULTS_TRIALS='$(FAULTS_TRIALS)' SINK_FAULTS_REQUIRE_ONCE='$(FAULTS_REQUIRE_ONCE)' \
 		$(GO) test -count=1 -timeout 20m -v -run '^TestFaults' ./integration/faults/
+
+# Long histories of the synchronous API checked for linearizability
+# (integration/history_test.go); make test runs short ones.
+HISTORY_OPS ?= 5000
+
+test-history:
+	SINK_HISTORY_OPS='$(HISTORY_OPS)' $(GO) test -count=1 -timeout 60m -v -run '^TestHistory' ./integration/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...

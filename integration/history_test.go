@@ -1,0 +1,604 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/fx"
+
+	"github.com/sink-io/sink/adapters/memory"
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/testkit/mongotest"
+	"github.com/sink-io/sink/internal/testkit/sinktest"
+	"github.com/sink-io/sink/ports"
+	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+)
+
+// The history checker of the synchronous API: several clients through two
+// servers (each with its own folding, natural batching, hints and merge
+// retries) over one store run random reads, puts (upserts, creates,
+// replaces, puts with an expected revision), merge-patch merges, deletes
+// and idempotent retries on a handful of records, some with deadlines so
+// short that their outcome is unknown ("may have happened, possibly
+// later"). Every record's history must be linearizable against a model of
+// a register with revisions and idempotency keys (porcupine). The checker
+// can fail: TestHistoryCheckerCatchesBrokenStores runs the same workload
+// on stores broken on purpose and requires it to.
+//
+// SINK_HISTORY_OPS sets the operations per client (make test-history
+// runs long histories).
+
+// hInput is one operation of the history.
+type hInput struct {
+	kind   string // read, upsert, create, replace, cas, merge, delete
+	key    string // record
+	doc    string // put: the document's tag; merge: the field it adds
+	expect string // cas: the expected revision
+	idem   string // idempotency key ("" for none)
+}
+
+// hOutput is its outcome. unknown: the operation may or may not have
+// taken effect (then it may also take effect after the client saw the
+// answer: its Return is the end of the history).
+type hOutput struct {
+	unknown bool
+	status  string // APPLIED, FOUND, NOT_FOUND, REVISION_MISMATCH, ALREADY_EXISTS, ABORTED
+	doc     string // read: the canonical document
+	rev     string
+}
+
+// hState is one record's state in the model. Strings only, so that states
+// compare with ==. rev "" is a revision not known (written by an operation
+// whose outcome was unknown); keys holds the idempotency keys applied
+// since the record was created ("key=rev;" sorted).
+type hState struct {
+	exists bool
+	doc    string
+	rev    string
+	keys   string
+}
+
+// canonical renders a JSON object with sorted members (the model's form
+// of a document).
+func canonical(m map[string]string) string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var b strings.Builder
+	for _, k := range ks {
+		b.WriteString(k + "=" + m[k] + ";")
+	}
+	return b.String()
+}
+
+func parseCanonical(s string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range strings.Split(s, ";") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func keyRev(keys, k string) (string, bool) {
+	for _, kv := range strings.Split(keys, ";") {
+		if kk, v, ok := strings.Cut(kv, "="); ok && kk == k {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func withKey(keys, k, rev string) string {
+	m := parseCanonical(keys)
+	m[k] = rev
+	return canonical(m)
+}
+
+// applied is the state after in took effect on s, writing revision rev
+// ("" unknown); ok is false when its precondition does not hold on s.
+func (s hState) applied(in hInput, rev string) (hState, bool) {
+	switch in.kind {
+	case "create":
+		if s.exists {
+			return s, false
+		}
+	case "replace":
+		if !s.exists {
+			return s, false
+		}
+	case "cas":
+		if !s.exists || (s.rev != "" && s.rev != in.expect) {
+			return s, false
+		}
+	case "delete":
+		if !s.exists {
+			return s, false
+		}
+		return hState{}, true
+	}
+	n := hState{exists: true, rev: rev, keys: s.keys}
+	if !s.exists {
+		n.keys = ""
+	}
+	if in.kind == "merge" {
+		m := map[string]string{}
+		if s.exists {
+			m = parseCanonical(s.doc)
+		}
+		m[in.doc] = "1"
+		n.doc = canonical(m)
+	} else {
+		n.doc = canonical(map[string]string{"p": in.doc})
+	}
+	if in.idem != "" {
+		n.keys = withKey(n.keys, in.idem, rev)
+	}
+	return n, true
+}
+
+// historyModel is the nondeterministic model of one record.
+var historyModel = porcupine.NondeterministicModel{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range history {
+			k := op.Input.(hInput).key
+			if _, ok := by[k]; !ok {
+				keys = append(keys, k)
+			}
+			by[k] = append(by[k], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, by[k])
+		}
+		return out
+	},
+	Init: func() []interface{} { return []interface{}{hState{}} },
+	Step: func(state, input, output interface{}) []interface{} {
+		s, in, out := state.(hState), input.(hInput), output.(hOutput)
+		if in.kind == "read" {
+			switch {
+			case out.status == "NOT_FOUND" && !s.exists:
+				return []interface{}{s}
+			case out.status == "FOUND" && s.exists && s.doc == out.doc && (s.rev == "" || s.rev == out.rev):
+				s.rev = out.rev
+				return []interface{}{s}
+			}
+			return nil
+		}
+		// A keyed retry whose key the record remembers: the original
+		// outcome, nothing written.
+		if in.idem != "" && s.exists {
+			if rev, ok := keyRev(s.keys, in.idem); ok {
+				switch {
+				case out.unknown:
+					return []interface{}{s}
+				case out.status == "APPLIED" && (rev == "" || rev == out.rev):
+					s.keys = withKey(s.keys, in.idem, out.rev)
+					return []interface{}{s}
+				}
+				return nil
+			}
+		}
+		if out.unknown {
+			n, ok := s.applied(in, "")
+			if !ok {
+				return []interface{}{s}
+			}
+			return []interface{}{s, n}
+		}
+		switch out.status {
+		case "APPLIED":
+			if n, ok := s.applied(in, out.rev); ok {
+				return []interface{}{n}
+			}
+		case "ABORTED", "INVALID_ARGUMENT": // a merge that kept conflicting, a refused input: not applied
+			return []interface{}{s}
+		case "NOT_FOUND": // a replace, cas or delete of an absent record
+			if !s.exists && in.kind != "create" {
+				return []interface{}{s}
+			}
+		case "ALREADY_EXISTS":
+			if s.exists && in.kind == "create" {
+				return []interface{}{s}
+			}
+		case "REVISION_MISMATCH":
+			if in.kind == "cas" && s.exists && (s.rev == "" || s.rev != in.expect) {
+				return []interface{}{s}
+			}
+		}
+		return nil
+	},
+	DescribeOperation: func(input, output interface{}) string {
+		in, out := input.(hInput), output.(hOutput)
+		return fmt.Sprintf("%s(%s %s %s %s) -> %+v", in.kind, in.key, in.doc, in.expect, in.idem, out)
+	},
+	DescribeState: func(state interface{}) string { return fmt.Sprintf("%+v", state.(hState)) },
+}
+
+// historyRun is one workload: clients × ops operations over records
+// records through the servers' clients.
+type historyRun struct {
+	clients, ops, records int
+	seed                  uint64
+	bson                  bool // puts send BSON documents (a BSON-only store)
+	restarts              int  // restarts of server 1 during the run
+}
+
+func historyOps(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("SINK_HISTORY_OPS")); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// run executes the workload and returns the history.
+func (h historyRun) run(t *testing.T, ns string, servers *historyServers) []porcupine.Operation {
+	t.Helper()
+	t0 := time.Now()
+	now := func() int64 { return int64(time.Since(t0)) }
+	var mu sync.Mutex
+	var history []porcupine.Operation
+	var wg sync.WaitGroup
+	for c := range h.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(h.seed, uint64(c)))
+			lastRev := map[string]string{}
+			for i := range h.ops {
+				in := hInput{key: fmt.Sprintf("h%d", rng.IntN(h.records)), doc: fmt.Sprintf("c%d-%d", c, i)}
+				switch p := rng.IntN(100); {
+				case p < 30:
+					in.kind = "read"
+				case p < 42:
+					in.kind = "upsert"
+				case p < 48:
+					in.kind = "create"
+				case p < 54:
+					in.kind = "replace"
+				case p < 64:
+					in.kind, in.expect = "cas", lastRev[in.key]
+					if in.expect == "" {
+						in.kind = "upsert" // no revision seen yet
+					}
+				case p < 92:
+					in.kind = "merge"
+				default:
+					in.kind = "delete"
+				}
+				tries := 1
+				if (in.kind == "upsert" || in.kind == "merge") && rng.IntN(8) == 0 {
+					in.idem, tries = fmt.Sprintf("k-%d-%d", c, i), 2 // sent twice: a client's retry
+				}
+				for range tries {
+					timeout := 5 * time.Second
+					if in.kind != "read" && rng.IntN(20) == 0 {
+						// Often over before the server answers: an
+						// unknown outcome, which may take effect later.
+						timeout = time.Duration(rng.IntN(1500)) * time.Microsecond
+					}
+					if c == 0 && h.restarts > 0 && i > 0 && i%(h.ops/(h.restarts+1)) == 0 && tries == 1 {
+						servers.restart(1) // client 0 restarts server 1 while the others use it
+					}
+					call := now()
+					out := historyCall(servers.client(c), ns, in, timeout, h.bson)
+					ret := now()
+					if in.kind == "read" && out.unknown {
+						continue // a failed read says nothing
+					}
+					if out.rev != "" {
+						lastRev[in.key] = out.rev
+					}
+					if out.unknown {
+						ret = math.MaxInt64
+					}
+					mu.Lock()
+					history = append(history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return history
+}
+
+// historyCall sends in and classifies the answer.
+func historyCall(cl sinkv1.SinkClient, ns string, in hInput, timeout time.Duration, bsonDocs bool) hOutput {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	a := addr(ns, "history", in.key)
+	var res interface {
+		GetStatus() sinkv1.OperationStatus
+		GetError() *sinkv1.OperationError
+	}
+	switch in.kind {
+	case "read":
+		resp, err := cl.Read(ctx, &sinkv1.ReadRequest{Operations: []*sinkv1.ReadOperation{{Address: a}}})
+		if err != nil || len(resp.GetResults()) != 1 || resp.GetResults()[0].GetError() != nil {
+			return hOutput{unknown: true}
+		}
+		r := resp.GetResults()[0]
+		out := hOutput{status: strings.TrimPrefix(r.GetStatus().String(), "OPERATION_STATUS_"), rev: string(r.GetRevision())}
+		if out.status == "FOUND" {
+			var m map[string]any
+			var err error
+			if r.GetDocument().GetContentType() == domain.ContentTypeBSON {
+				err = bson.Unmarshal(r.GetDocument().GetData(), &m)
+				delete(m, "_id") // a BSON record's key
+			} else {
+				err = json.Unmarshal(r.GetDocument().GetData(), &m)
+			}
+			if err != nil {
+				return hOutput{status: "BROKEN DOCUMENT " + err.Error()}
+			}
+			sm := map[string]string{}
+			for k, v := range m {
+				sm[k] = fmt.Sprint(v)
+			}
+			out.doc = canonical(sm)
+		}
+		return out
+	case "delete":
+		resp, err := cl.Delete(ctx, &sinkv1.DeleteRequest{Operations: []*sinkv1.DeleteOperation{{Address: a}}})
+		if err != nil || len(resp.GetResults()) != 1 {
+			return hOutput{unknown: true}
+		}
+		res = resp.GetResults()[0]
+	default:
+		var op *sinkv1.WriteOperation
+		if in.kind == "merge" {
+			op = &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Merge{Merge: &sinkv1.MergeOperation{
+				Address: a, Profile: "merge-patch", Intent: jsonDoc(`{"` + in.doc + `":1}`), IdempotencyKey: in.idem}}}
+		} else {
+			doc := jsonDoc(`{"p":"` + in.doc + `"}`)
+			if bsonDocs {
+				data, err := bson.Marshal(bson.M{"p": in.doc})
+				if err != nil {
+					panic(err)
+				}
+				doc = &sinkv1.Document{ContentType: domain.ContentTypeBSON, Data: data}
+			}
+			put := &sinkv1.PutOperation{Address: a, Document: doc, IdempotencyKey: in.idem}
+			switch in.kind {
+			case "create":
+				put.Mode = sinkv1.PutMode_PUT_MODE_CREATE
+			case "replace":
+				put.Mode = sinkv1.PutMode_PUT_MODE_REPLACE
+			case "cas":
+				put.ExpectedRevision = []byte(in.expect)
+			}
+			op = &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Put{Put: put}}
+		}
+		resp, err := cl.Write(ctx, &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{op}})
+		if err != nil || len(resp.GetResults()) != 1 {
+			return hOutput{unknown: true}
+		}
+		res = resp.GetResults()[0]
+	}
+	if e := res.GetError(); e != nil {
+		switch e.GetReason() {
+		case "NOT_FOUND", "ALREADY_EXISTS", "REVISION_MISMATCH", "ABORTED", "INVALID_ARGUMENT":
+			return hOutput{status: e.GetReason()}
+		}
+		return hOutput{unknown: true} // OUTCOME_UNKNOWN, UNAVAILABLE, a deadline, ...
+	}
+	out := hOutput{status: strings.TrimPrefix(res.GetStatus().String(), "OPERATION_STATUS_")}
+	if w, ok := res.(*sinkv1.WriteResult); ok {
+		out.rev = string(w.GetRevision())
+	}
+	return out
+}
+
+// checkHistory checks the history; it returns porcupine's verdict and a
+// description of the operations (for a failure).
+func checkHistory(t *testing.T, history []porcupine.Operation) porcupine.CheckResult {
+	t.Helper()
+	res := porcupine.CheckOperationsTimeout(historyModel.ToModel(), history, time.Minute)
+	unknown := 0
+	for _, op := range history {
+		if op.Output.(hOutput).unknown {
+			unknown++
+		}
+	}
+	t.Logf("%d operations (%d with an unknown outcome): %s", len(history), unknown, res)
+	return res
+}
+
+// historyServers are two servers over one store: st (in the test
+// process) or the store env names. A server can be restarted under load.
+type historyServers struct {
+	t        *testing.T
+	start    func() *sinktest.Server
+	mu       sync.Mutex
+	srv      [2]*sinktest.Server
+	restarts int
+}
+
+func newHistoryServers(t *testing.T, env map[string]string, st ports.Storage) *historyServers {
+	t.Helper()
+	env = mergeEnv(env, map[string]string{"SINK_IDEMPOTENCY_RING": "1024"})
+	h := &historyServers{t: t, start: func() *sinktest.Server {
+		var opts []fx.Option
+		if st != nil {
+			opts = append(opts, fx.Decorate(func(ports.Storage) ports.Storage { return st }))
+		}
+		return sinktest.Start(t, env, opts...)
+	}}
+	for i := range h.srv {
+		h.srv[i] = h.start()
+	}
+	return h
+}
+
+// client is server i's client (the current one after restarts).
+func (h *historyServers) client(i int) sinkv1.SinkClient {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.srv[i%len(h.srv)].Client
+}
+
+// restart stops server i while clients use it (a graceful shutdown, as on
+// SIGTERM: what it had accepted finishes, new calls fail) and starts a new
+// one in its place.
+//
+// Calls that were under way when it stopped may have an unknown outcome;
+// clients wait for the new server before their next call (as a client
+// with retries would), so that the history is not flooded with calls to
+// a server that is gone.
+func (h *historyServers) restart(i int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.srv[i].Stop(h.t)
+	h.srv[i] = h.start()
+	h.restarts++
+}
+
+func mergeEnv(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func TestHistoryLinearizable(t *testing.T) {
+	stores := []struct {
+		name string
+		env  func(t *testing.T) (map[string]string, ports.Storage, string)
+		bson bool
+	}{
+		{"memory", func(*testing.T) (map[string]string, ports.Storage, string) { return nil, memory.New(), "hist" }, false},
+		{"mongodb-wire", func(t *testing.T) (map[string]string, ports.Storage, string) {
+			return mongotest.Shared(t).SinkEnv(), nil, mongotest.DatabaseName(t)
+		}, true},
+	}
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) {
+			if s.name != "memory" {
+				asyncSkipShort(t)
+			}
+			env, st, ns := s.env(t)
+			servers := newHistoryServers(t, env, st)
+			seed := uint64(time.Now().UnixNano())
+			t.Logf("seed %d", seed)
+			run := historyRun{clients: 6, ops: historyOps(150), records: 4, seed: seed, bson: s.bson, restarts: 2}
+			history := run.run(t, ns, servers)
+			t.Logf("server 1 restarted %d times under load", servers.restarts)
+			if res := checkHistory(t, history); res != porcupine.Ok {
+				t.Fatalf("the history on %s is %s: not linearizable", s.name, res)
+			}
+		})
+	}
+}
+
+// staleReads serves every third read of a record from the state before
+// its last write: a read from a stale copy.
+type staleReads struct {
+	ports.Storage
+	mu    sync.Mutex
+	n     int
+	prior map[domain.RecordID]ports.ReadResult
+	last  map[domain.RecordID]ports.ReadResult
+}
+
+func (s *staleReads) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
+	got := s.Storage.Read(ctx, addrs)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, a := range addrs {
+		id := a.ID()
+		if got[i].Err != nil {
+			continue
+		}
+		if l, ok := s.last[id]; !ok || l.Record.Revision != got[i].Record.Revision || l.Found != got[i].Found {
+			s.prior[id], s.last[id] = s.last[id], got[i]
+		}
+		s.n++
+		if p, ok := s.prior[id]; ok && s.n%3 == 0 {
+			got[i] = p
+		}
+	}
+	return got
+}
+
+// lostMerges acknowledges every fifth write of a merge-patched document
+// without writing it (a fold that drops a merge).
+type lostMerges struct {
+	ports.Storage
+	mu sync.Mutex
+	n  int
+}
+
+func (s *lostMerges) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
+	s.mu.Lock()
+	drop := make([]bool, len(ops))
+	for i, op := range ops {
+		if op.Kind == ports.WritePut && !strings.Contains(string(op.Document.Data), `"p"`) {
+			s.n++
+			drop[i] = s.n%5 == 0
+		}
+	}
+	s.mu.Unlock()
+	var keep []ports.WriteOp
+	for i, op := range ops {
+		if !drop[i] {
+			keep = append(keep, op)
+		}
+	}
+	got := s.Storage.Write(ctx, keep)
+	out := make([]ports.WriteResult, len(ops))
+	k := 0
+	for i := range ops {
+		if drop[i] {
+			out[i] = ports.WriteResult{Revision: domain.Revision(fmt.Sprintf("lost-%d", i)), Existed: true}
+			continue
+		}
+		out[i] = got[k]
+		k++
+	}
+	return out
+}
+
+// The checker can fail: the same workload on a store that serves stale
+// reads, and on one that loses merges, is found not linearizable.
+func TestHistoryCheckerCatchesBrokenStores(t *testing.T) {
+	for _, b := range []struct {
+		name  string
+		store func() ports.Storage
+	}{
+		{"stale reads", func() ports.Storage {
+			return &staleReads{Storage: memory.New(), prior: map[domain.RecordID]ports.ReadResult{}, last: map[domain.RecordID]ports.ReadResult{}}
+		}},
+		{"lost merges", func() ports.Storage { return &lostMerges{Storage: memory.New()} }},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			servers := newHistoryServers(t, nil, b.store())
+			run := historyRun{clients: 4, ops: 150, records: 3, seed: 42}
+			if res := checkHistory(t, run.run(t, "hist", servers)); res != porcupine.Illegal {
+				t.Fatalf("the checker answered %s for a store with %s; want Illegal", res, b.name)
+			}
+		})
+	}
+}
