@@ -77,9 +77,11 @@ test-integration:
 # suite (effectively-once delivery); FAULTS_REQUIRE_ONCE=0 only reports them.
 FAULTS_TRIALS ?=
 FAULTS_REQUIRE_ONCE ?= 1
+# FAULTS_STATIC=1: the workers are static group members (SINK_KAFKA_INSTANCE_ID).
+FAULTS_STATIC ?=
 
 test-faults:
-	SINK_FAULTS=1 SINK_FAULTS_TRIALS='$(FAULTS_TRIALS)' SINK_FAULTS_REQUIRE_ONCE='$(FAULTS_REQUIRE_ONCE)' \
+	SINK_FAULTS=1 SINK_FAULTS_TRIALS='$(FAULTS_TRIALS)' SINK_FAULTS_REQUIRE_ONCE='$(FAULTS_REQUIRE_ONCE)' SINK_FAULTS_STATIC='$(FAULTS_STATIC)' \
 		$(GO) test -count=1 -timeout 20m -v -run '^TestFaults' ./integration/faults/
 
 # Long histories of the synchronous API checked for linearizability

@@ -46,6 +46,12 @@ type ClientConfig struct {
 	// (default DefaultRebalanceTimeout). The worker's time budget of one
 	// batch (WorkerConfig.BatchTimeout) must stay well below it.
 	RebalanceTimeout time.Duration
+	// InstanceID, when set (with GroupID), makes the member static
+	// (kgo.InstanceID, Kafka's group.instance.id): restarted within its
+	// session timeout, it gets its partitions back without a rebalance;
+	// closed, it does not leave the group (its partitions wait for it until
+	// the session timeout ends).
+	InstanceID string
 
 	// Logger receives the client's warnings and errors (nil: discarded).
 	Logger *slog.Logger
@@ -104,6 +110,9 @@ func NewClient(cfg ClientConfig) (*kgo.Client, error) {
 			kgo.HeartbeatInterval(heartbeat),
 			kgo.FetchMaxPartitionBytes(batchMax),
 		)
+		if cfg.InstanceID != "" {
+			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+		}
 	}
 	sec, err := cfg.Security.Opts()
 	if err != nil {

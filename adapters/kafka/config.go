@@ -89,6 +89,15 @@ func (c ClientConfig) Validate() error {
 	if c.RebalanceTimeout < MinRebalanceTimeout {
 		p.Add("RebalanceTimeout must be at least %s, got %s", MinRebalanceTimeout, c.RebalanceTimeout)
 	}
+	if n := len(c.InstanceID); n > 249 {
+		p.Add("InstanceID is %d bytes; at most 249", n)
+	}
+	for _, r := range c.InstanceID {
+		if r < 0x21 || r > 0x7e {
+			p.Add("InstanceID must be printable ASCII without spaces, got %q", c.InstanceID)
+			break
+		}
+	}
 	if c.SessionTimeout > 0 && c.RebalanceTimeout < c.SessionTimeout {
 		p.Add("RebalanceTimeout (%s) must not be below SessionTimeout (%s)", c.RebalanceTimeout, c.SessionTimeout)
 	}

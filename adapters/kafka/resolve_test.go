@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
 )
@@ -247,4 +250,52 @@ func TestCheckFenceAsksTheCoordinator(t *testing.T) {
 		poll(b)
 		return check(a) == nil && check(b) == nil
 	})
+}
+
+// A static member (InstanceID) that comes back within its session timeout
+// takes its partitions back at once: no waiting for the session of the
+// member it replaces to end.
+func TestStaticMemberTakesItsPartitionsBackAtOnce(t *testing.T) {
+	env := newConsumerEnv(t, 2)
+	env.submit(t, testMutation("a", "a"), testMutation("b", "b"))
+	const session = 30 * time.Second
+	member := func() *kgo.Client {
+		cl, err := NewClient(ClientConfig{Brokers: env.brokers, GroupID: "static", Topic: "muts", SessionTimeout: session,
+			RebalanceTimeout: session, InstanceID: "worker-0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	poll := func(cl *kgo.Client, within time.Duration) int {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		n := cl.PollRecords(ctx, 10).NumRecords()
+		cl.AllowRebalance()
+		return n
+	}
+	first := member()
+	if n := poll(first, 20*time.Second); n != 2 {
+		t.Fatalf("the first member polled %d records, want 2", n)
+	}
+	first.Close() // a static member does not leave the group: as if it died
+	adm := kadm.NewClient(newTestClient(t, env.brokers, ClientConfig{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gs, err := adm.DescribeGroups(ctx, "static")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gs["static"]; len(g.Members) != 1 || g.Members[0].InstanceID == nil || *g.Members[0].InstanceID != "worker-0" {
+		t.Fatalf("after the static member closed, the group has %+v; want it still holding worker-0", g.Members)
+	}
+	start := time.Now()
+	second := member()
+	defer second.Close()
+	// Nothing was committed: the same instance gets both records again,
+	// long before the first one's 30 s session could have ended.
+	if n := poll(second, session/2); n != 2 {
+		t.Fatalf("the restarted member polled %d records within %s, want 2", n, session/2)
+	}
+	t.Logf("the restarted static member had its partitions back in %s (session timeout %s)", time.Since(start).Round(time.Millisecond), session)
 }

@@ -97,6 +97,7 @@ type KafkaConfig struct {
 	PublishTimeout   time.Duration `env:"SINK_KAFKA_PUBLISH_TIMEOUT" desc:"How long an asynchronous Write or Delete waits for the brokers to acknowledge its mutations before reporting them FAILED with a retryable UNAVAILABLE error."`
 	SessionTimeout   time.Duration `env:"SINK_KAFKA_SESSION_TIMEOUT" desc:"Consumer group session timeout of a worker: how soon the partitions of a worker that died are handed to the others (the brokers' group.min.session.timeout.ms applies, usually 6s)."`
 	RebalanceTimeout time.Duration `env:"SINK_KAFKA_REBALANCE_TIMEOUT" desc:"Consumer group rebalance timeout of a worker: how long the group waits for a worker to finish its batch in a rebalance before expelling it. At least SINK_KAFKA_SESSION_TIMEOUT. A worker bounds one batch to a third of it (mutations still failing then are parked and read again), its dead-letter writes and its offset commit to a sixth each."`
+	InstanceID       string        `env:"SINK_KAFKA_INSTANCE_ID" desc:"Static group membership of a worker (Kafka's group.instance.id; 1 to 249 printable ASCII characters, one per worker and stable across its restarts, such as a StatefulSet pod's name). A worker restarted within SINK_KAFKA_SESSION_TIMEOUT takes its partitions back without a rebalance; one that stops for good keeps them until the session timeout ends. Empty: dynamic membership."`
 	LogEpoch         string        `env:"SINK_KAFKA_LOG_EPOCH" desc:"Identity of the mutation log in the records' applied marks (at most 256 bytes). Empty: the topic's id, so a re-created topic gets a new identity and the positions of the old one do not hold back the new one. Set it to pin the identity (brokers without topic ids); change it when the topic is re-created."`
 	// Security: TLS and SASL towards the brokers (kafka_security.go).
 	Security KafkaSecurityConfig
@@ -365,6 +366,7 @@ func (c Config) KafkaClient() kafka.ClientConfig {
 	if c.workerMode() {
 		cc.GroupID = c.Kafka.GroupID
 		cc.Topic = c.Kafka.Topic
+		cc.InstanceID = c.Kafka.InstanceID
 	}
 	return cc
 }
@@ -449,6 +451,7 @@ var (
 		{"PublishTimeout", "SINK_KAFKA_PUBLISH_TIMEOUT"},
 		{"SessionTimeout", "SINK_KAFKA_SESSION_TIMEOUT"},
 		{"RebalanceTimeout", "SINK_KAFKA_REBALANCE_TIMEOUT"},
+		{"InstanceID", "SINK_KAFKA_INSTANCE_ID"},
 		{"MaxRecordBytes", ""},
 	}
 	subscriberNames = []rename{

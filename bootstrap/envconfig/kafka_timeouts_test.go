@@ -93,3 +93,26 @@ func TestKafkaTimeoutsReportEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+func TestKafkaInstanceID(t *testing.T) {
+	worker := map[string]string{"SINK_MODE": "worker", "SINK_KAFKA_BROKERS": "localhost:1", "SINK_KAFKA_TOPIC": "m", "SINK_KAFKA_GROUP_ID": "g"}
+	with := func(id string) map[string]string {
+		env := map[string]string{"SINK_KAFKA_INSTANCE_ID": id}
+		for k, v := range worker {
+			env[k] = v
+		}
+		return env
+	}
+	cfg, err := Load(with("sink-worker-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := cfg.KafkaClient().InstanceID; id != "sink-worker-0" {
+		t.Fatalf("the worker's client has instance id %q", id)
+	}
+	for _, bad := range []string{"worker 0", "w\u00e9", strings.Repeat("w", 250)} {
+		if _, err := Load(with(bad)); err == nil || !strings.Contains(err.Error(), "SINK_KAFKA_INSTANCE_ID") {
+			t.Errorf("instance id %q: want a problem naming SINK_KAFKA_INSTANCE_ID, got %v", bad, err)
+		}
+	}
+}

@@ -157,7 +157,7 @@ func startCluster(ctx context.Context, e *engine, logf func(string, ...any)) (*c
 	}
 	for i := 1; i <= 2; i++ {
 		w, err := e.start(containerSpec{
-			role: "worker" + strconv.Itoa(i), image: sinkImage, env: c.sinkEnv("worker"),
+			role: "worker" + strconv.Itoa(i), image: sinkImage, env: c.workerEnv("worker" + strconv.Itoa(i)),
 			networks: map[string][]string{c.dataNet.ID: nil, c.logNet.ID: nil},
 		})
 		if err != nil {
@@ -207,6 +207,17 @@ func (c *cluster) sinkEnv(mode string) []string {
 	if c.dbURI == dbURI {
 		// FerretDB v1 limits (see mongotest.Server.SinkEnv).
 		env = append(env, "SINK_MONGODB_BULK_CHUNK=48", "SINK_MONGODB_BULK_CONCURRENCY=1")
+	}
+	return env
+}
+
+// workerEnv is the environment of the worker container role: with
+// SINK_FAULTS_STATIC=1 a static group member named after its role, which
+// a restarted container takes up again.
+func (c *cluster) workerEnv(role string) []string {
+	env := c.sinkEnv("worker")
+	if os.Getenv(envStatic) == "1" {
+		env = append(env, "SINK_KAFKA_INSTANCE_ID=sink-"+role)
 	}
 	return env
 }

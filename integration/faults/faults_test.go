@@ -444,8 +444,12 @@ func renderTable(results []trialResult, dbKind string, requireOnce bool, took ti
 	}
 	b.WriteString("\n")
 	cpu := cpuModel()
-	fmt.Fprintf(&b, "\nRan on %s, %d cores, %s/%s, Docker Engine %s; database: %s; broker: kfake (franz-go) FROM scratch; 2 workers, 4 partitions; %d records x %d sequenced counter merges per trial; effectively-once required: %v; suite took %s.\n",
-		cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, dockerVersion(), dbKind, loadRecords, loadPerRecord, requireOnce, took.Round(time.Second))
+	membership := "dynamic"
+	if os.Getenv(envStatic) == "1" {
+		membership = "static (SINK_KAFKA_INSTANCE_ID)"
+	}
+	fmt.Fprintf(&b, "\nRan on %s, %d cores, %s/%s, Docker Engine %s; database: %s; broker: kfake (franz-go) FROM scratch; 2 workers (%s group membership), 4 partitions; %d records x %d sequenced counter merges per trial; effectively-once required: %v; suite took %s.\n",
+		cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, dockerVersion(), dbKind, membership, loadRecords, loadPerRecord, requireOnce, took.Round(time.Second))
 	return b.String()
 }
 

@@ -21,6 +21,7 @@ const (
 	envSinkSource  = "SINK_FAULTS_SINK_SOURCE"  // build Sink from this tree instead of this repository
 	envLogLevel    = "SINK_FAULTS_LOG_LEVEL"    // SINK_LOG_LEVEL of the containers (default warn)
 	envMongoImage  = "SINK_FAULTS_MONGO_IMAGE"  // MongoDB image used when present locally (default mongo:7)
+	envStatic      = "SINK_FAULTS_STATIC"       // 1: workers are static group members (SINK_KAFKA_INSTANCE_ID)
 )
 
 // suite is the process-wide state: the engine (nil without Docker) and why
