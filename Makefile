@@ -17,7 +17,7 @@ STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Test timeout per package; the whole suite stays well under CI's limit.
 TEST_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all build run test test-race test-unit test-integration test-faults test-history lint proto bench fuzz tools clean help
+.PHONY: all build run test test-race test-unit test-integration test-faults test-history soak lint proto bench fuzz tools clean help
 
 all: lint test
 
@@ -30,6 +30,7 @@ help:
 	@echo "make test-integration  run only the MongoDB- and Kafka-backed tests"
 	@echo "make test-faults       container fault suite (Docker; FAULTS_TRIALS=worker-sigkill=20,db-pause=5,...)"
 	@echo "make test-history      long linearizability histories of the synchronous API (HISTORY_OPS operations per client)"
+	@echo "make soak              the fault cycle in a loop on the container cluster for SOAK_DURATION (default 10m)"
 	@echo "make lint              go vet, staticcheck, gofmt, go mod tidy check, buf lint"
 	@echo "make proto             regenerate the committed protobuf code"
 	@echo "make bench             run the benchmarks"
@@ -83,6 +84,16 @@ FAULTS_STATIC ?=
 test-faults:
 	SINK_FAULTS=1 SINK_FAULTS_TRIALS='$(FAULTS_TRIALS)' SINK_FAULTS_REQUIRE_ONCE='$(FAULTS_REQUIRE_ONCE)' SINK_FAULTS_STATIC='$(FAULTS_STATIC)' \
 		$(GO) test -count=1 -timeout 20m -v -run '^TestFaults' ./integration/faults/
+
+# The soak (integration/faults/soak_test.go): worker kill, worker freeze,
+# broker restart and database pause in a loop under alternating async and
+# sync load, for SOAK_DURATION; SOAK_REPORT names a file for its table.
+SOAK_DURATION ?= 10m
+SOAK_REPORT ?=
+
+soak:
+	SINK_FAULTS=1 SINK_SOAK='$(SOAK_DURATION)' SINK_FAULTS_REPORT='$(SOAK_REPORT)' SINK_FAULTS_STATIC='$(FAULTS_STATIC)' \
+		$(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./integration/faults/
 
 # Long histories of the synchronous API checked for linearizability
 # (integration/history_test.go); make test runs short ones.

@@ -148,21 +148,32 @@ func startCluster(ctx context.Context, e *engine, logf func(string, ...any)) (*c
 		return nil, err
 	}
 	both := map[string][]string{c.dataNet.ID: nil, c.logNet.ID: nil}
+	// The HTTP operations endpoints are published too (metrics for the
+	// soak's samples).
+	httpPorts := make([]int, 3)
+	for i := range httpPorts {
+		if httpPorts[i], err = freePort(); err != nil {
+			return nil, err
+		}
+	}
 	c.server, err = e.start(containerSpec{
 		role: "server", image: sinkImage, env: c.sinkEnv("server"), networks: both,
-		publish: map[string]int{"8080/tcp": c.port},
+		publish: map[string]int{"8080/tcp": c.port, "8081/tcp": httpPorts[0]},
 	})
 	if err != nil {
 		return nil, err
 	}
+	c.server.httpPort = httpPorts[0]
 	for i := 1; i <= 2; i++ {
 		w, err := e.start(containerSpec{
 			role: "worker" + strconv.Itoa(i), image: sinkImage, env: c.workerEnv("worker" + strconv.Itoa(i)),
 			networks: map[string][]string{c.dataNet.ID: nil, c.logNet.ID: nil},
+			publish:  map[string]int{"8081/tcp": httpPorts[i]},
 		})
 		if err != nil {
 			return nil, err
 		}
+		w.httpPort = httpPorts[i]
 		c.workers = append(c.workers, w)
 	}
 	c.conn, err = grpc.NewClient("127.0.0.1:"+strconv.Itoa(c.port), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -159,6 +159,9 @@ type container struct {
 	id   string
 	name string
 	role string
+	// httpPort is the loopback host port of its HTTP operations endpoint
+	// (0: not published).
+	httpPort int
 }
 
 type containerSpec struct {
