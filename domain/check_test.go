@@ -47,7 +47,9 @@ func nestedBSON(depth int) []byte {
 }
 
 func TestCheckDocument(t *testing.T) {
-	json := func(s string) domain.Document { return domain.Document{ContentType: "application/json", Data: []byte(s)} }
+	json := func(s string) domain.Document {
+		return domain.Document{ContentType: "application/json", Data: []byte(s)}
+	}
 	ok := []domain.Document{
 		json(`{"a":1}`), json(` [1, "x\"[", {"b": null}] `), json(`42`), json(`"s"`),
 		json(string(nestedJSON(5, "[]"))), // depth 5 of 5
