@@ -152,6 +152,10 @@ type Config struct {
 	// RETURN_AFTER_ACCEPTED requests when no queue is configured; it should
 	// name the settings that enable the queue.
 	AsyncDisabledHint string
+	// MaxRequestBytesSetting names the setting of Limits.MaxRequestBytes
+	// in the RESOURCE_EXHAUSTED error of a request above it (e.g.
+	// "SINK_MAX_REQUEST_BYTES"); empty: none is named.
+	MaxRequestBytesSetting string
 }
 
 // DefaultConfig returns the defaults for every setting (the environment

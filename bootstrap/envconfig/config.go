@@ -324,6 +324,7 @@ func (c Config) Application() application.Config {
 	}
 	a.IdempotencyRing = c.IdempotencyRing
 	a.AsyncDisabledHint = "set SINK_KAFKA_BROKERS and SINK_KAFKA_TOPIC"
+	a.MaxRequestBytesSetting = "SINK_MAX_REQUEST_BYTES"
 	return a
 }
 
