@@ -90,7 +90,8 @@ func Usage() string {
 	b.WriteString(`Usage: sink [command]
 
 Without a command, sink runs the role named by SINK_MODE (server, worker or all),
-configured from SINK_* environment variables (see the README), until SIGINT or SIGTERM.
+configured from SINK_* environment variables (docs/configuration.md, or sink config-table),
+until SIGINT or SIGTERM.
 
 Commands:
 `)
@@ -243,11 +244,11 @@ func fail(stdio IO, name string, code int, format string, args ...any) int {
 }
 
 // configTable runs `sink config-table`: the configuration reference that
-// the README embeds.
+// docs/configuration.md holds.
 func configTable(args []string, stdio IO) int {
 	fs := newFlags("sink config-table")
 	h := help{name: "config-table", forms: []string{""}, exits: exitsTool, flags: []*flag.FlagSet{fs},
-		summary: "Print the configuration reference: every SINK_* environment variable with its type,\ndefault and meaning, as a Markdown table (the README's configuration section)."}
+		summary: "Print the configuration reference: every SINK_* environment variable with its type,\ndefault and meaning, as a Markdown table (the table of docs/configuration.md)."}
 	if code, done := parseFlags(fs, args, h, stdio); done {
 		return code
 	}

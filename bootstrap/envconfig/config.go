@@ -31,7 +31,7 @@ const (
 // Load overlays the set variables on Defaults(): the settings of an
 // adapter or of the application default to that package's own defaults,
 // and only the environment's own settings (mode, addresses, logging,
-// shutdown, …) have envDefault tags. The README's configuration table is
+// shutdown, …) have envDefault tags. The configuration table of docs/configuration.md is
 // generated from these tags and Defaults() (see ConfigTable); a test keeps
 // the two in step.
 type Config struct {
