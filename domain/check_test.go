@@ -2,9 +2,11 @@ package domain_test
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sink-io/sink/domain"
 )
@@ -100,4 +102,64 @@ func TestCheckJSONDepthLimits(t *testing.T) {
 	if err := domain.CheckJSON([]byte(strings.Repeat("[", 1<<20)), 100); !errors.Is(err, domain.ErrTooDeep) || !strings.Contains(err.Error(), "byte 101 ") {
 		t.Fatalf("a deep unterminated document: %v", err)
 	}
+}
+
+// BenchmarkCheckDocumentJSON1KB is the check every 1 KB JSON put pays.
+func BenchmarkCheckDocumentJSON1KB(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"customer":"Ada Lovelace","items":[`)
+	for i := 0; sb.Len() < 1000; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"sku":"notebook-` + strings.Repeat("x", i%7) + `","qty":3,"price":12.5}`)
+	}
+	sb.WriteString(`],"paid":true}`)
+	d := domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(sb.String())}
+	b.SetBytes(int64(len(d.Data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := domain.CheckDocument(d, 100); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// CheckJSON accepts exactly what encoding/json accepts with valid UTF-8,
+// and rejects as too deep exactly the valid documents nested deeper than
+// the limit.
+func FuzzCheckJSON(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, ` {"a" : [1, -2.5e+3, true, false, null, "x\u00e9\"\\/"] } `, `{"a":`, `[1,]`, `{"a":1,}`, `01`, `1.`, `-`, `"\ud800"`, "\"\xff\"", `{"a":{"b":[[{}]]}}`, `[[[[]]]]`, `tru`, `nul`, `"\u12"`, "\"a\tb\"", `{"a" 1}`, `[1 2]`, `1e`, `1E+`, `-0.0e-0`, ``, ` `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		valid := json.Valid(b) && utf8.Valid(b)
+		if err := domain.CheckJSON(b, domain.MaxNestingLimit); (err == nil) != valid {
+			t.Fatalf("%q: CheckJSON %v, encoding/json valid %v", b, err, valid)
+		}
+		if !valid {
+			return
+		}
+		deepest, depth, inString := -1, -1, false
+		for i := 0; i < len(b); i++ {
+			switch c := b[i]; {
+			case inString && c == '\\':
+				i++
+			case c == '"':
+				inString = !inString
+			case inString:
+			case c == '{' || c == '[':
+				depth++
+				deepest = max(deepest, depth)
+			case c == '}' || c == ']':
+				depth--
+			}
+		}
+		for _, limit := range []int{1, 2, 3} {
+			err := domain.CheckJSON(b, limit)
+			if (deepest > limit) != errors.Is(err, domain.ErrTooDeep) || (err != nil) != (deepest > limit) {
+				t.Fatalf("%q (depth %d) with limit %d: %v", b, deepest, limit, err)
+			}
+		}
+	})
 }
