@@ -109,11 +109,11 @@ const (
 // be valid UTF-8 and nesting is bounded by maxDepth.
 func scanJSON(b []byte, maxDepth int) (int, int) {
 	const (
-		value = iota // a value is next
-		after        // a value ended
-		key          // a member name is next
-		first        // the first member name of an object, or '}'
-		firstValue   // the first element of an array, or ']'
+		value      = iota // a value is next
+		after             // a value ended
+		key               // a member name is next
+		first             // the first member name of an object, or '}'
+		firstValue        // the first element of an array, or ']'
 	)
 	var stackBuf [64]bool // per open container: true for an object
 	stack := stackBuf[:0]
