@@ -147,3 +147,31 @@ func TestMaxNestingDepthIsValidated(t *testing.T) {
 		}
 	}
 }
+
+// A profile's error about the current document names the record, not the
+// intent.
+func TestProfileErrorsAboutTheCurrentDocumentNameTheRecord(t *testing.T) {
+	cur := failingProfile{"cur", func(in ports.MergeInput) error {
+		return domain.Errorf(domain.CodeInvalidArgument, "cur: current document: /a is not an object")
+	}}
+	intent := failingProfile{"int", func(in ports.MergeInput) error {
+		return domain.Errorf(domain.CodeInvalidArgument, "int: intent: /a is not an object")
+	}}
+	s, err := application.NewService(application.DefaultConfig(), memory.New(), []ports.MergeProfile{cur, intent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for profile, want := range map[string]string{
+		"cur": "operations[0] (merge): address: cur: current document: /a is not an object",
+		"int": "operations[0] (merge): intent: int: intent: /a is not an object",
+	} {
+		m := domain.Mutation{Kind: domain.MutationMerge, Address: addr("p"), Merge: domain.MergeIntent{Profile: profile, Intent: domain.Document{ContentType: "application/json", Data: []byte(`{}`)}}}
+		res, err := s.Write(context.Background(), []domain.Mutation{m}, application.WaitUntilApplied)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := res[0].Err; e == nil || e.Error() != want {
+			t.Errorf("%s: %v, want %q", profile, e, want)
+		}
+	}
+}

@@ -737,9 +737,25 @@ func (s *Service) runProfile(ctx context.Context, ref opRef, p ports.MergeProfil
 		if e.Code == domain.CodeInternal {
 			e = domain.Wrap(domain.CodeInvalidArgument, err, "merge profile %q rejected the intent", p.Name())
 		}
-		return domain.Document{}, opError(ref, fieldIntent, e)
+		field := fieldIntent
+		if aboutCurrent(e.Error()) {
+			field = fieldAddress // the stored document, not the intent
+		}
+		return domain.Document{}, opError(ref, field, e)
 	}
 	return doc, nil
+}
+
+// aboutCurrent reports whether a merge profile's error is about the
+// record's current document rather than the intent: its message names the
+// input it is about first ("current document: …", possibly after the
+// profile's name), as ports.MergeProfile asks.
+func aboutCurrent(msg string) bool {
+	if strings.HasPrefix(msg, "current document: ") {
+		return true
+	}
+	_, rest, ok := strings.Cut(msg, ": ")
+	return ok && strings.HasPrefix(rest, "current document: ")
 }
 
 func (s *Service) checkMergeResult(ref opRef, p ports.MergeProfile, m *domain.Mutation, doc domain.Document) *domain.Error {
