@@ -121,6 +121,8 @@ func TestUsageErrorsSayWhatAndWhere(t *testing.T) {
 		{[]string{"put", "-n", "n", "-d", "d", "--key", "a", "--bson", "--data", `{"l":[1,{"$numberLong":7}]}`}, "", `sink put: cannot convert the JSON to BSON: at /l/1: $numberLong takes a string of decimal digits, as in {"$numberLong": "7"}; the input has 7` + "\n"},
 		{[]string{"put", "-n", "n", "-d", "d", "--key", "a", "--bson", "--data", `{"i":{"$numberInt":"3000000000"}}`}, "", `sink put: cannot convert the JSON to BSON: at /i: $numberInt "3000000000" is not a 32-bit integer`},
 		{[]string{"put", "-n", "n", "-d", "d", "--key", "a", "--bson", "--data", `[1]`}, "", "sink put: cannot convert the JSON to BSON: a BSON document is a JSON object ({...}), the input is not one\n"},
+		{[]string{"profiles", "apply", "../../examples/profiles.yaml", "counter", "--current", `{"n":1`, "--intent", `{"by":2}`}, "", "sink profiles: --current: not valid JSON: it ends before the value is complete (byte 6 (line 1, column 7))\n"},
+		{[]string{"profiles", "apply", "../../examples/profiles.yaml", "counter", "--bson", "--intent", `{"by":{"$numberLong":"x"}}`}, "", `sink profiles: --intent: cannot convert the JSON to BSON: at /by: $numberLong "x" is not a 64-bit integer`},
 		{[]string{"health", "--url", "http://localhost:1/readyz", "--address", "localhost:1"}, "", "sink health: give --url (HTTP operations endpoint) or --address (gRPC API), not both\n"},
 	} {
 		code, out, errs := sink(t, c.stdin, c.args...)
