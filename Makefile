@@ -111,6 +111,7 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS := \
 	./integration:FuzzRPCBytes \
 	./domain:FuzzDecodeAddress \
+	./domain:FuzzCheckJSON \
 	./adapters/kafka:FuzzDecodeMutation \
 	./adapters/mergepatch:FuzzMergeJSON \
 	./adapters/mergepatch:FuzzMergeBSON \

@@ -20,6 +20,11 @@ type Limits struct {
 	MaxNameLength int
 	// MaxRequestBytes: the sum of all documents, intents and keys of one request.
 	MaxRequestBytes int
+	// MaxNestingDepth bounds the nesting of objects and arrays below the
+	// top level of the documents, intents and merge results whose content
+	// type Sink checks (JSON and BSON; domain.CheckDocument), from 1 to
+	// domain.MaxNestingLimit.
+	MaxNestingDepth int
 }
 
 // DefaultLimits are the limits used when none are configured.
@@ -30,6 +35,7 @@ func DefaultLimits() Limits {
 		MaxKeyBytes:      1024,
 		MaxNameLength:    120,
 		MaxRequestBytes:  32 << 20,
+		MaxNestingDepth:  100,
 	}
 }
 
@@ -46,6 +52,9 @@ func (l Limits) Validate() error {
 	positive("max key bytes", l.MaxKeyBytes)
 	positive("max name length", l.MaxNameLength)
 	positive("max request bytes", l.MaxRequestBytes)
+	if l.MaxNestingDepth < 1 || l.MaxNestingDepth > domain.MaxNestingLimit {
+		errs = append(errs, fmt.Errorf("max nesting depth must be between 1 and %d, got %d", domain.MaxNestingLimit, l.MaxNestingDepth))
+	}
 	if l.MaxRequestBytes > 0 && l.MaxDocumentBytes > l.MaxRequestBytes {
 		errs = append(errs, fmt.Errorf("max document bytes (%d) must not exceed max request bytes (%d)", l.MaxDocumentBytes, l.MaxRequestBytes))
 	}
@@ -143,6 +152,10 @@ type Config struct {
 	// RETURN_AFTER_ACCEPTED requests when no queue is configured; it should
 	// name the settings that enable the queue.
 	AsyncDisabledHint string
+	// MaxRequestBytesSetting names the setting of Limits.MaxRequestBytes
+	// in the RESOURCE_EXHAUSTED error of a request above it (e.g.
+	// "SINK_MAX_REQUEST_BYTES"); empty: none is named.
+	MaxRequestBytesSetting string
 }
 
 // DefaultConfig returns the defaults for every setting (the environment

@@ -602,16 +602,28 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 			cur = &r.Record.Document
 			cond = ports.Condition{Kind: ports.ConditionRevision, Revision: r.Record.Revision}
 		}
+		var steps []foldStep
+		if pre != nil {
+			steps = pre[k]
+		}
+		if cur != nil && len(steps) == 0 {
+			// The stored document is checked as every new one is (it may
+			// have been written before documents were checked), so that a
+			// broken one is blamed, not the intent (the merges that ran
+			// ahead started from a document this service wrote).
+			if err := domain.CheckDocument(*cur, s.cfg.Limits.MaxNestingDepth); err != nil {
+				for _, it := range u {
+					it.fail(invalid(it.ref(), fieldAddress, "the record's stored document (content type %q) %v; merges cannot read it, a put can replace it", cur.ContentType, err))
+				}
+				continue
+			}
+		}
 		f := &fws[k]
 		f.base = knownMark{mark: r.Record.Mark, known: known[k]}
 		f.applied = appliedBuf[len(appliedBuf):]
 		ids := idBuf[len(idBuf):] // mark IDs of the applied merges
 		var pos domain.SourcePosition
 		var stopped map[*job]string // blockOnFailure jobs with a retryable failure in this fold
-		var steps []foldStep
-		if pre != nil {
-			steps = pre[k]
-		}
 		for n, it := range u {
 			if n < len(steps) { // run ahead (prefoldable: no mark, blocks nothing)
 				if st := &steps[n]; st.err != nil {
@@ -728,15 +740,34 @@ func (s *Service) runProfile(ctx context.Context, ref opRef, p ports.MergeProfil
 		if e.Code == domain.CodeInternal {
 			e = domain.Wrap(domain.CodeInvalidArgument, err, "merge profile %q rejected the intent", p.Name())
 		}
-		return domain.Document{}, opError(ref, fieldIntent, e)
+		field := fieldIntent
+		if aboutCurrent(e.Error()) {
+			field = fieldAddress // the stored document, not the intent
+		}
+		return domain.Document{}, opError(ref, field, e)
 	}
 	return doc, nil
+}
+
+// aboutCurrent reports whether a merge profile's error is about the
+// record's current document rather than the intent: its message names the
+// input it is about first ("current document: …", possibly after the
+// profile's name), as ports.MergeProfile asks.
+func aboutCurrent(msg string) bool {
+	if strings.HasPrefix(msg, "current document: ") {
+		return true
+	}
+	_, rest, ok := strings.Cut(msg, ": ")
+	return ok && strings.HasPrefix(rest, "current document: ")
 }
 
 func (s *Service) checkMergeResult(ref opRef, p ports.MergeProfile, m *domain.Mutation, doc domain.Document) *domain.Error {
 	if doc.ContentType == "" || len(doc.Data) > s.cfg.Limits.MaxDocumentBytes {
 		return invalid(ref, fieldIntent, "merge profile %q produced a document of %d bytes with content type %q; the limit is %d bytes and a content type is required",
 			p.Name(), len(doc.Data), doc.ContentType, s.cfg.Limits.MaxDocumentBytes)
+	}
+	if err := domain.CheckDocument(doc, s.cfg.Limits.MaxNestingDepth); err != nil {
+		return invalid(ref, fieldIntent, "merge profile %q produced a document of content type %q that %v", p.Name(), doc.ContentType, err)
 	}
 	if err := s.storage.Validate(ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: doc}); err != nil {
 		return opError(ref, fieldIntent, domain.Wrap(domain.CodeOf(err), err, "merge profile %q produced a document the store cannot hold", p.Name()))

@@ -148,7 +148,11 @@ func (s *Service) checkRequest(n int, bytes int) *domain.Error {
 	case n > s.cfg.Limits.MaxOperations:
 		return domain.Errorf(domain.CodeInvalidArgument, "request has %d operations; the limit is %d", n, s.cfg.Limits.MaxOperations)
 	case bytes > s.cfg.Limits.MaxRequestBytes:
-		return &domain.Error{Code: domain.CodeResourceExhausted, Message: fmt.Sprintf("request carries %d bytes of keys and documents; the limit is %d", bytes, s.cfg.Limits.MaxRequestBytes)}
+		msg := fmt.Sprintf("request carries %d bytes of keys and documents; the limit is %d", bytes, s.cfg.Limits.MaxRequestBytes)
+		if s.cfg.MaxRequestBytesSetting != "" {
+			msg += " (" + s.cfg.MaxRequestBytesSetting + ")"
+		}
+		return &domain.Error{Code: domain.CodeResourceExhausted, Message: msg}
 	}
 	return nil
 }

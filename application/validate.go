@@ -88,6 +88,9 @@ func (s *Service) checkDocument(ref opRef, field string, d domain.Document) *dom
 	if _, err := domain.MediaType(d.ContentType); err != nil {
 		return invalid(ref, field+".content_type", "%q %v", d.ContentType, err)
 	}
+	if err := domain.CheckDocument(d, s.cfg.Limits.MaxNestingDepth); err != nil {
+		return invalid(ref, field+".data", "%v (content type %q)", err, d.ContentType)
+	}
 	return nil
 }
 

@@ -24,49 +24,52 @@ func buildSink(t testing.TB) string {
 	return buildBinary(t, "./cmd/sink", "sink")
 }
 
-// shellBlocks returns the ```sh blocks of a Markdown file that stand
-// between the <!-- SECTION:begin --> and <!-- SECTION:end --> markers.
-func shellBlocks(t *testing.T, path, section string) []string {
+// shellBlocks returns the fenced code blocks of a Markdown file whose info
+// string is exactly "sh": the examples that run as written. Blocks that
+// must not run (they need a secured server, or start one) are marked
+// "console" or "text".
+func shellBlocks(t *testing.T, path string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(b)
-	begin, end := "<!-- "+section+":begin -->", "<!-- "+section+":end -->"
-	i, j := strings.Index(text, begin), strings.Index(text, end)
-	if i < 0 || j < i {
-		t.Fatalf("%s: no %s ... %s section", path, begin, end)
-	}
-	text = text[i+len(begin) : j]
 	var blocks []string
 	var cur *strings.Builder
-	for _, line := range strings.Split(text, "\n") {
+	fence := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		trimmed := strings.TrimSpace(line)
 		switch {
-		case cur == nil && strings.TrimSpace(line) == "```sh":
-			cur = &strings.Builder{}
-		case cur != nil && strings.TrimSpace(line) == "```":
-			blocks = append(blocks, cur.String())
-			cur = nil
+		case fence == "" && strings.HasPrefix(trimmed, "```"):
+			fence = "```"
+			if strings.TrimPrefix(trimmed, "```") == "sh" {
+				cur = &strings.Builder{}
+			}
+		case fence != "" && trimmed == fence:
+			if cur != nil {
+				blocks = append(blocks, cur.String())
+			}
+			cur, fence = nil, ""
 		case cur != nil:
 			cur.WriteString(line + "\n")
 		}
 	}
-	if cur != nil {
+	if fence != "" {
 		t.Fatalf("%s: unterminated code block", path)
 	}
 	return blocks
 }
 
-// The CLI examples of the README run, as written, with bash and the real
-// binary against a real server, and do what the page says.
+// The CLI examples of docs/cli.md run, as written, with bash and the real
+// binary against a real server, in a scratch directory (they write no file
+// into the checkout), and do what the page says.
 func TestCLIDocExamplesRun(t *testing.T) {
 	bin := buildSink(t)
 	s := sinktest.Start(t, nil)
 	needJQ(t)
-	blocks := shellBlocks(t, filepath.Join(repoRoot(t), "README.md"), "cli-examples")
+	blocks := shellBlocks(t, filepath.Join(repoRoot(t), "docs", "cli.md"))
 	if len(blocks) < 5 {
-		t.Fatalf("found %d sh blocks in the README's CLI examples; is the extraction broken?", len(blocks))
+		t.Fatalf("found %d sh blocks in docs/cli.md; is the extraction broken?", len(blocks))
 	}
 	output := runDocBlocks(t, blocks, "", []string{"SINK_ADDRESS=" + s.Addr, "SINK_TOKEN="}, filepath.Dir(bin))
 	for _, want := range []string{`"status": "FOUND"`, "exit code 3", "exit code 4", `"status": "NOT_FOUND"`,
@@ -76,8 +79,8 @@ func TestCLIDocExamplesRun(t *testing.T) {
 		}
 	}
 	// What the examples did is in the store.
-	if got := readJSON(t, s.Client, addr("shop", "orders", "o-1")); got != "" {
-		t.Errorf("the delete example left o-1: %s", got)
+	if got := readJSON(t, s.Client, addr("shop", "orders", "o-2")); got != "" {
+		t.Errorf("the delete example left o-2: %s", got)
 	}
 	for key, want := range map[int64]string{42: `{"name":"Ada"}`, 43: `{"name":"Grace"}`} {
 		a := &sinkv1.RecordAddress{Namespace: "shop", Dataset: "customers", Key: &sinkv1.RecordKey{Kind: &sinkv1.RecordKey_Int64{Int64: key}}}
@@ -103,7 +106,7 @@ func TestCLIDocExamplesRun(t *testing.T) {
 		t.Errorf("the copied event differs from the original:\n%s\n%s", bson.Raw(original), bson.Raw(copied))
 	}
 	if n := bson.Raw(original).Lookup("n"); n.Type != bson.TypeInt64 {
-		t.Errorf("the README's example stores n as %v, want int64", n.Type)
+		t.Errorf("the example stores n as %v, want int64", n.Type)
 	}
 }
 
@@ -155,37 +158,59 @@ func grpcurlForDocs(t *testing.T) string {
 	return buildBinary(t, "./integration/cmd/fakegrpcurl", "grpcurl")
 }
 
-// The README's grpcurl examples run as written (with bash, base64 and jq)
-// against a real server: the request bodies that the shell builds are the
-// API's JSON form (decoded with protojson, as grpcurl does), the document is
-// long enough (> 57 bytes) that a wrapping base64 would break it, and the
-// decoding one-liner prints the stored document.
-func TestGRPCurlDocExamplesRun(t *testing.T) {
+// The README's examples — grpcurl and the sink CLI — run as written (with
+// bash, base64 and jq) against one real server: the request bodies that
+// the shell builds are the API's JSON form (decoded with protojson, as
+// grpcurl does), the document is long enough (> 57 bytes) that a wrapping
+// base64 would break it, the decoding one-liner prints the stored
+// document, and the records end as the text says (the CLI's examples use
+// records of their own, not the grpcurl examples' o-1).
+func TestREADMEExamplesRun(t *testing.T) {
 	needJQ(t)
 	grpcurl := grpcurlForDocs(t)
+	bin := buildSink(t)
 	s := sinktest.Start(t, nil)
-	blocks := shellBlocks(t, filepath.Join(repoRoot(t), "README.md"), "grpcurl-examples")
-	if len(blocks) < 2 {
-		t.Fatalf("found %d sh blocks in the README's grpcurl examples; is the extraction broken?", len(blocks))
+	blocks := shellBlocks(t, filepath.Join(repoRoot(t), "README.md"))
+	if len(blocks) < 8 {
+		t.Fatalf("found %d sh blocks in the README; is the extraction broken?", len(blocks))
 	}
 	// A directory with the chosen grpcurl under that name, first on PATH.
 	dir := t.TempDir()
 	if err := os.Symlink(grpcurl, filepath.Join(dir, "grpcurl")); err != nil {
 		t.Fatal(err)
 	}
-	output := runDocBlocks(t, blocks, s.Addr, nil, dir)
+	output := runDocBlocks(t, blocks, s.Addr, []string{"SINK_ADDRESS=" + s.Addr, "SINK_TOKEN="}, dir, filepath.Dir(bin))
 
 	stored := readJSON(t, s.Client, addr("shop", "orders", "o-1"))
 	var doc map[string]any
-	if err := json.Unmarshal([]byte(stored), &doc); err != nil || doc["paid"] != true {
-		t.Fatalf("after the examples o-1 is %q (%v); want the put document merged with {\"paid\":true}", stored, err)
+	if err := json.Unmarshal([]byte(stored), &doc); err != nil || doc["paid"] != true || doc["total"] != float64(12) {
+		t.Fatalf("after the examples o-1 is %q (%v); want the conditional put's document", stored, err)
 	}
 	if len(stored) <= 57 {
 		t.Errorf("the README's example document has %d bytes; keep it above 57 so that it shows base64 -w0 is needed", len(stored))
 	}
-	for _, want := range []string{"sink.v1.Sink\n", "OPERATION_STATUS_APPLIED", "OPERATION_STATUS_FOUND", "\n" + stored} {
+	for _, want := range []string{"sink.v1.Sink\n", "OPERATION_STATUS_APPLIED", "OPERATION_STATUS_PRECONDITION_FAILED", `"index": 1`,
+		`{"customer":"Ada Lovelace","items":["notebook","pencil"],"total":10}`, `"status": "FOUND"`, `{"name":"string key 42"}`} {
 		if !strings.Contains(output, want) {
 			t.Errorf("the examples' output lacks %q:\n%s", want, output)
+		}
+	}
+	if got := readJSON(t, s.Client, addr("shop", "orders", "o-3")); got != "{}" {
+		t.Errorf("the batch example's o-3: %q", got)
+	}
+	if got := readJSON(t, s.Client, addr("shop", "orders", "o-4")); got != "" {
+		t.Errorf("the delete example left o-4: %q", got)
+	}
+	if got := readJSON(t, s.Client, addr("shop", "orders", "o-2")); got != `{"total":10,"paid":true}` {
+		t.Errorf("the CLI example's o-2: %q", got)
+	}
+	for key, want := range map[*sinkv1.RecordKey]string{
+		{Kind: &sinkv1.RecordKey_String_{String_: "42"}}: `{"name":"string key 42"}`,
+		{Kind: &sinkv1.RecordKey_Int64{Int64: 42}}:       `{"name":"int64 key 42"}`,
+	} {
+		a := &sinkv1.RecordAddress{Namespace: "shop", Dataset: "customers", Key: key}
+		if got := readJSON(t, s.Client, a); got != want {
+			t.Errorf("customer %v: %q, want %q", key, got, want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -121,8 +122,59 @@ func TestCLICommandsAndExitCodes(t *testing.T) {
 	lis.Close()
 	r = run("", append([]string{"read", "--address", closed, "--timeout", "5s"}, at...)...)
 	expectExit(t, "unreachable server", r, cli.ExitUnavailable)
-	if !strings.Contains(r.stderr, "Unavailable") {
+	if !strings.Contains(r.stderr, "sink read: UNAVAILABLE: ") {
 		t.Fatalf("stderr: %s", r.stderr)
+	}
+}
+
+// The CLI names error codes as the API does (INVALID_ARGUMENT, not
+// InvalidArgument or 3), on standard error and in its JSON output, and
+// `sink health` checks the gRPC API at SINK_ADDRESS or --address like the
+// API commands.
+func TestCLIErrorStyleAndHealthAddress(t *testing.T) {
+	s := sinktest.Start(t, nil)
+	env := map[string]string{"SINK_ADDRESS": s.Addr}
+	at := []string{"-n", "shop", "-d", "orders", "--key", "style"}
+	camel := regexp.MustCompile(`\b(InvalidArgument|FailedPrecondition|Unavailable|AlreadyExists|NotFound|ResourceExhausted)\b`)
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stderr string
+		json   string
+	}{
+		{append([]string{"merge", "--profile", "nope", "--data", `{}`}, at...), cli.ExitFailed, "sink merge: INVALID_ARGUMENT: operations[0] (merge): profile: unknown merge profile", "INVALID_ARGUMENT"},
+		{append([]string{"put", "--async", "--data", `{}`}, at...), cli.ExitFailed, "sink put: FAILED_PRECONDITION: ", ""},
+		{append([]string{"put", "--replace", "--data", `{}`}, at...), cli.ExitNotFound, "sink put: NOT_FOUND: operations[0] (put): mode: ", "NOT_FOUND"},
+	} {
+		r := runCLI(env, "", c.args...)
+		expectExit(t, strings.Join(c.args, " "), r, c.code)
+		if !strings.HasPrefix(r.stderr, c.stderr) || camel.MatchString(r.stdout+r.stderr) {
+			t.Errorf("%v: stderr %q, want %q…", c.args, r.stderr, c.stderr)
+		}
+		if c.json != "" {
+			e, _ := r.out(t)["error"].(map[string]any)
+			if e["code"] != c.json {
+				t.Errorf("%v: JSON error %v, want code %q", c.args, e, c.json)
+			}
+		}
+	}
+	r := runCLI(env, "", "health")
+	if r.code != cli.ExitOK || r.stdout != "SERVING\n" {
+		t.Errorf("health at SINK_ADDRESS: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(nil, "", "health", "--address", s.Addr)
+	if r.code != cli.ExitOK || r.stdout != "SERVING\n" {
+		t.Errorf("health --address: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(nil, "", "health", "--address", "127.0.0.1:1", "--timeout", "2s")
+	if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "sink health: 127.0.0.1:1: UNAVAILABLE: ") {
+		t.Errorf("health of a closed port: exit %d %q", r.code, r.stderr)
+	}
+	if s.HTTPAddr != "" {
+		r = runCLI(env, "", "health", "--url", "http://"+s.HTTPAddr+"/readyz")
+		if r.code != cli.ExitOK {
+			t.Errorf("health --url beside SINK_ADDRESS: exit %d %q", r.code, r.stderr)
+		}
 	}
 }
 

@@ -255,7 +255,9 @@ func TestBadInputGetsSpecificErrorsAndWritesNothing(t *testing.T) {
 		{"merge without profile", mergeOp(key(skey("k10")), "", `{}`), []string{"profile", "must name a merge profile", "merge-patch"}},
 		{"unknown profile", mergeOp(key(skey("k11")), "nope", `{}`), []string{"profile", `"nope"`}},
 		{"intent content type", &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Merge{Merge: &sinkv1.MergeOperation{Address: key(skey("k12")), Profile: "merge-patch", Intent: &sinkv1.Document{ContentType: "text/plain", Data: []byte("x")}}}}, []string{"intent.content_type", "text/plain", "application/json"}},
-		{"invalid merge-patch intent", mergeOp(key(skey("k13")), "merge-patch", `{"a":`), []string{"merge-patch", "not valid JSON"}},
+		{"invalid JSON intent", mergeOp(key(skey("k13")), "merge-patch", `{"a":`), []string{"intent.data", "not valid JSON", "byte 5 (line 1, column 6)"}},
+		{"invalid JSON document", put(key(skey("k14")), jsonDoc(`{"a":`), 0, nil), []string{"document.data", "not valid JSON", "byte 5"}},
+		{"JSON labelled BSON", put(key(skey("k15")), &sinkv1.Document{ContentType: "application/bson", Data: []byte(`{"a":1}`)}, 0, nil), []string{"document.data", "not valid BSON"}},
 	}
 	for i, c := range cases {
 		res := write(t, s.Client, c.op)[0]
@@ -266,7 +268,7 @@ func TestBadInputGetsSpecificErrorsAndWritesNothing(t *testing.T) {
 		_ = i
 	}
 	// Nothing was written by any of them.
-	for i := 1; i <= 13; i++ {
+	for i := 1; i <= 15; i++ {
 		if got := readJSON(t, s.Client, addr("n", "d", fmt.Sprintf("k%d", i))); got != "" {
 			t.Fatalf("k%d was written: %s", i, got)
 		}

@@ -35,6 +35,9 @@ type MergeProfile interface {
 	ContentTypes() []string
 	// Merge returns the new document. Errors should be *domain.Error; a
 	// CodeInvalidArgument error is final (the intent cannot be applied).
+	// An error about the current document rather than the intent starts
+	// its message with "current document: " (after the profile's name and
+	// ": ", if any), so that the client is told which document is at fault.
 	Merge(ctx context.Context, in MergeInput) (domain.Document, error)
 }
 

@@ -80,7 +80,7 @@ func startServer(t *testing.T, a ports.Authenticator, log *slog.Logger, maxWatch
 		opts = append(opts, NewAuthentication(a, log).ServerOptions()...)
 	}
 	opts = append(opts, grpc.ChainStreamInterceptor(ts.streams.Interceptor()))
-	ts.srv = NewGRPCServer(ts.conns.Track(ts.api), health.NewServer(), 64<<20, append(opts, extra...)...)
+	ts.srv = NewGRPCServer(ts.conns.Track(ts.api), health.NewServer(), RequestLimit{Bytes: 64 << 20}, append(opts, extra...)...)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package sinkgrpc
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -37,25 +38,43 @@ var undecodable sync.Map // request message pointer -> error
 
 // requestCodec is the server codec: grpc-go's proto codec, except that it
 // notes (see undecodable) instead of returning the error of a Sink request
-// that cannot be decoded.
-type requestCodec struct{ encoding.CodecV2 }
+// that cannot be decoded, and notes a Sink request message larger than the
+// limit without decoding it (the status it notes is answered as it is).
+type requestCodec struct {
+	encoding.CodecV2
+	limit RequestLimit
+}
 
-func newRequestCodec() requestCodec {
-	return requestCodec{encoding.GetCodecV2(protoenc.Name)}
+func newRequestCodec(limit RequestLimit) requestCodec {
+	return requestCodec{encoding.GetCodecV2(protoenc.Name), limit}
 }
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	err := c.CodecV2.Unmarshal(data, v)
-	if err == nil {
-		return nil
-	}
-	switch m := v.(type) {
+	sink := false
+	switch v.(type) {
 	case *sinkv1.ReadRequest, *sinkv1.WriteRequest, *sinkv1.DeleteRequest:
-		proto.Reset(m.(proto.Message))
-		undecodable.Store(v, err)
-		return nil
+		sink = true
+		if n := data.Len(); n > c.limit.Bytes {
+			undecodable.Store(v, c.tooLarge(n))
+			return nil
+		}
 	}
-	return err
+	err := c.CodecV2.Unmarshal(data, v)
+	if err == nil || !sink {
+		return err
+	}
+	proto.Reset(v.(proto.Message))
+	undecodable.Store(v, err)
+	return nil
+}
+
+// tooLarge is the status of a request message of n bytes, above the limit.
+func (c requestCodec) tooLarge(n int) error {
+	msg := fmt.Sprintf("request message of %d bytes is larger than the server accepts (%d bytes)", n, c.limit.Bytes)
+	if c.limit.Hint != "" {
+		msg += "; " + c.limit.Hint
+	}
+	return status.Error(codes.ResourceExhausted, msg)
 }
 
 // registerSink registers the Sink API on s like sinkv1.RegisterSinkServer,
@@ -75,6 +94,9 @@ func rejectUndecodable(h grpc.MethodHandler) grpc.MethodHandler {
 		return h(srv, ctx, func(v any) error {
 			err := dec(v)
 			if cause, ok := undecodable.LoadAndDelete(v); ok {
+				if _, ok := status.FromError(cause.(error)); ok {
+					return cause.(error) // (tooLarge)
+				}
 				return undecodableError(cause.(error))
 			}
 			return err

@@ -134,7 +134,7 @@ func (rawCodec) Name() string { return "proto" }
 // INVALID_ARGUMENT (grpc-go alone says INTERNAL), and no handler runs.
 func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 	api := &recordingSink{}
-	srv := NewGRPCServer(api, health.NewServer(), 1<<20)
+	srv := NewGRPCServer(api, health.NewServer(), RequestLimit{Bytes: 1 << 20})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

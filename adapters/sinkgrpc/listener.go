@@ -20,8 +20,8 @@ type ListenerConfig struct {
 	// Setting names the address's setting in messages (default "the gRPC
 	// address").
 	Setting string
-	// MaxRequestBytes bounds one request message (NewGRPCServer).
-	MaxRequestBytes int
+	// RequestLimit bounds one request message (NewGRPCServer).
+	RequestLimit RequestLimit
 	// MaxHealthWatchers bounds the health Watch streams open at once.
 	MaxHealthWatchers int
 	// Options are the server options, outermost interceptors first; the
@@ -58,7 +58,7 @@ func NewListener(api *Server, hs *health.Server, cfg ListenerConfig) *Listener {
 	l := &Listener{cfg: cfg, health: hs, conns: NewConnections(cfg.Logger), streams: NewStreamCloser(cfg.MaxHealthWatchers),
 		ep: listen.NewEndpoint(cfg.Address, cfg.Setting)}
 	opts := append(append([]grpc.ServerOption{}, cfg.Options...), grpc.ChainStreamInterceptor(l.streams.Interceptor()))
-	l.srv = NewGRPCServer(l.conns.Track(api), hs, cfg.MaxRequestBytes, opts...)
+	l.srv = NewGRPCServer(l.conns.Track(api), hs, cfg.RequestLimit, opts...)
 	return l
 }
 

@@ -15,7 +15,7 @@ import (
 func TestListenerServesHealthAndDrains(t *testing.T) {
 	hs := health.NewServer()
 	SetServing(hs, true)
-	l := NewListener(NewServer(nil), hs, ListenerConfig{Address: "127.0.0.1:0", MaxRequestBytes: 1 << 20, MaxHealthWatchers: 4})
+	l := NewListener(NewServer(nil), hs, ListenerConfig{Address: "127.0.0.1:0", RequestLimit: RequestLimit{Bytes: 1 << 20}, MaxHealthWatchers: 4})
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

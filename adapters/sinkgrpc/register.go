@@ -1,6 +1,7 @@
 package sinkgrpc
 
 import (
+	"math"
 	"runtime"
 
 	"google.golang.org/grpc"
@@ -15,9 +16,30 @@ import (
 // health-check service name).
 const ServiceName = "sink.v1.Sink"
 
+// RequestLimit bounds one request message of the Sink API.
+type RequestLimit struct {
+	// Bytes is the largest request message the server decodes. A larger
+	// one fails with RESOURCE_EXHAUSTED: "request message of N bytes is
+	// larger than the server accepts (Bytes); " followed by Hint.
+	//
+	// grpc-go itself refuses messages larger than twice Bytes before they
+	// are read (so that a client cannot make the server buffer more),
+	// with its own status message, which no handler or interceptor can
+	// change: grpc-go sends that status itself. Between Bytes and twice
+	// Bytes the server reads the message and answers with the message
+	// above.
+	Bytes int
+	// Hint says which setting bounds requests, e.g. "SINK_MAX_REQUEST_BYTES
+	// bounds the keys and documents of one request".
+	Hint string
+}
+
+// grpcLimit is the receive limit given to grpc-go: twice Bytes (see Bytes).
+func (l RequestLimit) grpcLimit() int { return int(min(2*int64(l.Bytes), math.MaxInt32)) }
+
 // NewGRPCServer returns a gRPC server with the Sink API, the standard health
-// service and server reflection registered. maxRequestBytes bounds one
-// received message (requests above it get RESOURCE_EXHAUSTED).
+// service and server reflection registered. limit bounds one received
+// message (requests above it get RESOURCE_EXHAUSTED).
 //
 // The server keeps StreamWorkers() goroutines that serve one stream after
 // the other: a request's call path (interceptors, validation, the
@@ -25,8 +47,8 @@ const ServiceName = "sink.v1.Sink"
 // grow its stack on every request (about a sixth of a single put's server
 // time; under load, 9-12 % of all processor time). Streams beyond the busy
 // workers still get their own goroutine.
-func NewGRPCServer(api sinkv1.SinkServer, hs *health.Server, maxRequestBytes int, opts ...grpc.ServerOption) *grpc.Server {
-	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.ForceServerCodecV2(newRequestCodec()), grpc.NumStreamWorkers(StreamWorkers())}, opts...)
+func NewGRPCServer(api sinkv1.SinkServer, hs *health.Server, limit RequestLimit, opts ...grpc.ServerOption) *grpc.Server {
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit.grpcLimit()), grpc.ForceServerCodecV2(newRequestCodec(limit)), grpc.NumStreamWorkers(StreamWorkers())}, opts...)
 	s := grpc.NewServer(opts...)
 	registerSink(s, api) // sinkv1.RegisterSinkServer, with undecodable requests as INVALID_ARGUMENT (decode.go)
 	healthpb.RegisterHealthServer(s, hs)

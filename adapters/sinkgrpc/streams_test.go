@@ -182,7 +182,7 @@ func TestTrackCountsEverySinkRPC(t *testing.T) {
 	c := NewConnections(slog.New(slog.DiscardHandler))
 	api := &blockingAPI{entered: make(chan int64, 1), release: make(chan struct{}), c: c}
 	tracked := c.Track(api)
-	srv := NewGRPCServer(tracked, health.NewServer(), 1<<20)
+	srv := NewGRPCServer(tracked, health.NewServer(), RequestLimit{Bytes: 1 << 20})
 	if got, want := len(srv.GetServiceInfo()[ServiceName].Methods), len(sinkv1.Sink_ServiceDesc.Methods); got != want {
 		t.Fatalf("%d methods served, %d in the service", got, want)
 	}

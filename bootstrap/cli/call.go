@@ -128,7 +128,37 @@ func toOutputError(e *sinkv1.OperationError) *outputError {
 	if e == nil {
 		return nil
 	}
-	return &outputError{Code: codes.Code(e.GetCode()).String(), Reason: e.GetReason(), Message: e.GetMessage(), Retryable: e.GetRetryable()}
+	return &outputError{Code: codeName(codes.Code(e.GetCode())), Reason: e.GetReason(), Message: e.GetMessage(), Retryable: e.GetRetryable()}
+}
+
+// codeName is the canonical name of a gRPC status code, as the API
+// documents it and grpcurl prints it: "INVALID_ARGUMENT", "UNAVAILABLE".
+// The CLI names codes this way everywhere (stderr and JSON output).
+func codeName(c codes.Code) string {
+	if int(c) < len(canonicalCodes) {
+		return canonicalCodes[c]
+	}
+	return fmt.Sprintf("CODE_%d", uint32(c))
+}
+
+var canonicalCodes = [...]string{
+	codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN", codes.InvalidArgument: "INVALID_ARGUMENT",
+	codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
+	codes.PermissionDenied: "PERMISSION_DENIED", codes.ResourceExhausted: "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED", codes.OutOfRange: "OUT_OF_RANGE",
+	codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL", codes.Unavailable: "UNAVAILABLE",
+	codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
+}
+
+// errorLine is how the CLI reports an operation's error on standard
+// error: the code's canonical name, Sink's finer reason when it says more
+// ("FAILED_PRECONDITION (REVISION_MISMATCH)"), and the message.
+func errorLine(code codes.Code, reason, message string) string {
+	name := codeName(code)
+	if reason != "" && reason != name {
+		name += " (" + reason + ")"
+	}
+	return name + ": " + message
 }
 
 // print writes the result as indented JSON and returns its exit code.
@@ -147,7 +177,7 @@ func (c *command) print(out output, st sinkv1.OperationStatus, e *sinkv1.Operati
 	}
 	code := c.exitCode(st, e)
 	if e != nil {
-		fmt.Fprintf(c.io.Stderr, "sink %s: %s: %s\n", c.name, e.GetReason(), e.GetMessage())
+		fmt.Fprintf(c.io.Stderr, "sink %s: %s\n", c.name, errorLine(codes.Code(e.GetCode()), e.GetReason(), e.GetMessage()))
 	}
 	return code
 }
@@ -194,5 +224,5 @@ func (c *command) callError(err error) int {
 			msg += fmt.Sprintf(" (retry after %s)", ri.GetRetryDelay().AsDuration())
 		}
 	}
-	return c.fail(codeExit(st.Code()), "%s: %s", st.Code(), msg)
+	return c.fail(codeExit(st.Code()), "%s", errorLine(st.Code(), "", msg))
 }

@@ -88,7 +88,7 @@ func parseDeadLetter(args []string) (*deadLetterRun, error) {
 		return nil, badUsage{fmt.Sprintf("unknown subcommand %q: use list or replay", args[0])}
 	}
 	fs, r := deadLetterFlags(args[0])
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseOnce(fs, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}

@@ -3,7 +3,9 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -99,4 +101,70 @@ func typedValue(v bson.RawValue, depth int) (any, error) {
 	default:
 		return v, nil
 	}
+}
+
+// checkExtJSONNumbers finds the Extended JSON numbers of body whose value
+// is not what their wrapper says ({"$numberLong": "x"}, {"$numberInt": 7})
+// and reports the first with its JSON Pointer, the value as given and what
+// it must be; the driver's own message ("strconv.ParseInt: parsing ...")
+// names neither. body is valid JSON (build checked it).
+func checkExtJSONNumbers(body []byte) error {
+	var v any
+	d := json.NewDecoder(strings.NewReader(string(body)))
+	d.UseNumber()
+	if err := d.Decode(&v); err != nil {
+		return nil // (the conversion reports it)
+	}
+	return walkExtJSON(v, "")
+}
+
+func walkExtJSON(v any, path string) error {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, w := range [...]struct {
+			key  string
+			bits int
+		}{{"$numberLong", 64}, {"$numberInt", 32}} {
+			x, ok := v[w.key]
+			if !ok {
+				continue
+			}
+			s, isString := x.(string)
+			if !isString {
+				return fmt.Errorf("at %s: %s takes a string of decimal digits, as in {%q: \"7\"}; the input has %s", pointer(path), w.key, w.key, jsonText(x))
+			}
+			if _, err := strconv.ParseInt(s, 10, w.bits); err != nil {
+				return fmt.Errorf("at %s: %s %q is not a %d-bit integer (a string of decimal digits, e.g. \"7\")", pointer(path), w.key, s, w.bits)
+			}
+			return nil
+		}
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			if err := walkExtJSON(v[k], path+"/"+strings.NewReplacer("~", "~0", "/", "~1").Replace(k)); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, x := range v {
+			if err := walkExtJSON(x, path+"/"+strconv.Itoa(i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pointer renders a JSON Pointer for messages ("/" for the whole document).
+func pointer(path string) string {
+	if path == "" {
+		return "/ (the top level)"
+	}
+	return path
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }

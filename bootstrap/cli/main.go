@@ -90,7 +90,8 @@ func Usage() string {
 	b.WriteString(`Usage: sink [command]
 
 Without a command, sink runs the role named by SINK_MODE (server, worker or all),
-configured from SINK_* environment variables (see the README), until SIGINT or SIGTERM.
+configured from SINK_* environment variables (docs/configuration.md, or sink config-table),
+until SIGINT or SIGTERM.
 
 Commands:
 `)
@@ -165,8 +166,11 @@ func newFlags(name string) *flag.FlagSet {
 
 // parseFlags parses args into fs. On -h or --help it prints h to stdout
 // and returns ExitOK, done; on a bad flag it reports a usage error.
+//
+// Every flag may be given once (a shorthand such as -n counts with its long
+// name): a repeated flag is a usage error, never silently the last value.
 func parseFlags(fs *flag.FlagSet, args []string, h help, stdio IO) (code int, done bool) {
-	if err := fs.Parse(args); err != nil {
+	if err := parseOnce(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdio.Stdout, h)
 			return ExitOK, true
@@ -174,6 +178,55 @@ func parseFlags(fs *flag.FlagSet, args []string, h help, stdio IO) (code int, do
 		return usageError(stdio, h.name, "%v", err), true
 	}
 	return ExitOK, false
+}
+
+// parseOnce parses args into fs and fails when a flag is given more than
+// once (with a shorthand "-n" counted as the flag its usage names:
+// "shorthand for --namespace").
+func parseOnce(fs *flag.FlagSet, args []string) error {
+	uses := map[string]int{}
+	var order []string
+	originals := map[*flag.Flag]flag.Value{}
+	fs.VisitAll(func(f *flag.Flag) {
+		name := f.Name
+		if long, ok := strings.CutPrefix(f.Usage, "shorthand for --"); ok {
+			name = long
+		}
+		originals[f] = f.Value
+		f.Value = countedValue{f.Value, func() {
+			if uses[name] == 0 {
+				order = append(order, name)
+			}
+			uses[name]++
+		}}
+	})
+	err := fs.Parse(args)
+	for f, v := range originals {
+		f.Value = v // (help prints the flags' own types)
+	}
+	if err != nil {
+		return err
+	}
+	for _, name := range order {
+		if n := uses[name]; n > 1 {
+			return fmt.Errorf("--%s is given %d times; give it once (a command reads or writes one record)", name, n)
+		}
+	}
+	return nil
+}
+
+// countedValue is a flag value that calls count on every Set.
+type countedValue struct {
+	flag.Value
+	count func()
+}
+
+func (v countedValue) Set(s string) error { v.count(); return v.Value.Set(s) }
+
+// IsBoolFlag keeps a boolean flag boolean (--bson without a value).
+func (v countedValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // usageError reports a usage mistake of `sink NAME` on standard error and
@@ -191,11 +244,11 @@ func fail(stdio IO, name string, code int, format string, args ...any) int {
 }
 
 // configTable runs `sink config-table`: the configuration reference that
-// the README embeds.
+// docs/configuration.md holds.
 func configTable(args []string, stdio IO) int {
 	fs := newFlags("sink config-table")
 	h := help{name: "config-table", forms: []string{""}, exits: exitsTool, flags: []*flag.FlagSet{fs},
-		summary: "Print the configuration reference: every SINK_* environment variable with its type,\ndefault and meaning, as a Markdown table (the README's configuration section)."}
+		summary: "Print the configuration reference: every SINK_* environment variable with its type,\ndefault and meaning, as a Markdown table (the table of docs/configuration.md)."}
 	if code, done := parseFlags(fs, args, h, stdio); done {
 		return code
 	}

@@ -181,18 +181,17 @@ func profilesApply(cfg envconfig.Config, args []string, stdio IO) int {
 				return domain.Document{}, err
 			}
 		}
+		if err := domain.CheckJSON(data, domain.MaxNestingLimit); err != nil {
+			return domain.Document{}, fmt.Errorf("not valid JSON: %w", err)
+		}
 		if !*asBSON {
 			return domain.Document{ContentType: domain.ContentTypeJSON, Data: data}, nil
 		}
-		var d bson.D
-		if err := bson.UnmarshalExtJSON(data, false, &d); err != nil {
-			return domain.Document{}, fmt.Errorf("not a JSON object in Extended JSON: %w", err)
-		}
-		b, err := bson.Marshal(d)
+		d, err := jsonToBSON(data)
 		if err != nil {
 			return domain.Document{}, err
 		}
-		return domain.Document{ContentType: domain.ContentTypeBSON, Data: b}, nil
+		return domain.Document{ContentType: domain.ContentTypeBSON, Data: d.GetData()}, nil
 	}
 	in, err := doc(*intent)
 	if err != nil {

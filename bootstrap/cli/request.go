@@ -1,11 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -33,8 +33,13 @@ type request struct {
 
 func (c *command) build() (*request, int) {
 	r := &request{}
-	if c.namespace == "" || c.dataset == "" {
+	switch {
+	case c.namespace == "" && c.dataset == "":
 		return nil, c.usageError("--namespace and --dataset are required")
+	case c.namespace == "":
+		return nil, c.usageError("--namespace is required (-n)")
+	case c.dataset == "":
+		return nil, c.usageError("--dataset is required (-d)")
 	}
 	key, err := c.recordKey()
 	if err != nil {
@@ -68,9 +73,9 @@ func (c *command) build() (*request, int) {
 		return nil, c.usageError("%v", err)
 	}
 	r.doc = &sinkv1.Document{ContentType: c.contentType, Data: body}
-	if c.contentType == domain.ContentTypeJSON || c.bson {
-		if !json.Valid(body) {
-			return nil, c.usageError("the input is not valid JSON")
+	if domain.FormatOf(c.contentType) == domain.FormatJSON || c.bson {
+		if err := domain.CheckJSON(body, domain.MaxNestingLimit); err != nil {
+			return nil, c.usageError("the %s is not valid JSON: %v", c.what(), err)
 		}
 		r.jsonBody = body
 	}
@@ -164,12 +169,27 @@ func decodeRevision(s string) ([]byte, error) {
 	return b, nil
 }
 
+// what names the command's input in messages.
+func (c *command) what() string {
+	if c.name == "merge" {
+		return "merge intent"
+	}
+	return "document"
+}
+
 // jsonToBSON converts a JSON document (relaxed or canonical Extended JSON)
-// to an application/bson document.
+// to an application/bson document. Its errors say where in the input the
+// problem is.
 func jsonToBSON(body []byte) (*sinkv1.Document, error) {
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] != '{' {
+		return nil, fmt.Errorf("cannot convert the JSON to BSON: a BSON document is a JSON object ({...}), the input is not one")
+	}
+	if err := checkExtJSONNumbers(body); err != nil {
+		return nil, fmt.Errorf("cannot convert the JSON to BSON: %w", err)
+	}
 	var doc bson.D
 	if err := bson.UnmarshalExtJSON(body, false, &doc); err != nil {
-		return nil, fmt.Errorf("cannot convert the JSON to BSON (it must be an object): %w", err)
+		return nil, fmt.Errorf("cannot convert the JSON to BSON (Extended JSON): %w", err)
 	}
 	b, err := bson.Marshal(doc)
 	if err != nil {

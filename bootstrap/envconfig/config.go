@@ -31,7 +31,7 @@ const (
 // Load overlays the set variables on Defaults(): the settings of an
 // adapter or of the application default to that package's own defaults,
 // and only the environment's own settings (mode, addresses, logging,
-// shutdown, …) have envDefault tags. The README's configuration table is
+// shutdown, …) have envDefault tags. The configuration table of docs/configuration.md is
 // generated from these tags and Defaults() (see ConfigTable); a test keeps
 // the two in step.
 type Config struct {
@@ -48,7 +48,7 @@ type Config struct {
 	MaxKeyBytes      int `env:"SINK_MAX_KEY_BYTES" desc:"Maximum size of a string or bytes key, in bytes."`
 	MaxNameLength    int `env:"SINK_MAX_NAME_LENGTH" desc:"Maximum length of store, namespace and dataset names, in bytes."`
 	MaxRequestBytes  int `env:"SINK_MAX_REQUEST_BYTES" desc:"Maximum total size of the keys and documents of one request, in bytes."`
-	MaxNestingDepth  int `env:"SINK_MAX_NESTING_DEPTH" desc:"Maximum nesting of objects and arrays below the top level of a merged document, its merge intent and the result (at most 10000; MongoDB itself stops at 100). Deeper input fails with INVALID_ARGUMENT."`
+	MaxNestingDepth  int `env:"SINK_MAX_NESTING_DEPTH" desc:"Maximum nesting of objects and arrays below the top level of every JSON or BSON document Sink accepts (content type application/json, a +json type or application/bson: put documents, merge intents, merge results), at most 10000; MongoDB itself stops at 100. Deeper input fails with INVALID_ARGUMENT."`
 
 	MergeMaxAttempts       int           `env:"SINK_MERGE_MAX_ATTEMPTS" desc:"Attempts of one merge's read-modify-write when concurrent writes keep changing the record."`
 	MergeProfilesFile      string        `env:"SINK_MERGE_PROFILES_FILE" envDefault:"" desc:"YAML or JSON file of declarative merge profiles (rules over JSON Pointer paths with CEL expressions; docs/profiles.md), loaded at start-up by every role. Any problem in the file, or a profile name that another profile already has, stops start-up. Empty: none."`
@@ -135,7 +135,7 @@ func Defaults() Config {
 	c.MaxKeyBytes = app.Limits.MaxKeyBytes
 	c.MaxNameLength = app.Limits.MaxNameLength
 	c.MaxRequestBytes = app.Limits.MaxRequestBytes
-	c.MaxNestingDepth = mergepatch.DefaultMaxDepth
+	c.MaxNestingDepth = app.Limits.MaxNestingDepth
 	c.MergeMaxAttempts = app.Merge.MaxAttempts
 	c.MergeTimeout = app.Merge.Timeout
 	c.BatchSingleOps, c.BatchMaxOps, c.BatchShards = app.Batch.Enabled, app.Batch.MaxOps, app.Batch.Shards
@@ -313,6 +313,7 @@ func (c Config) Application() application.Config {
 		MaxKeyBytes:      c.MaxKeyBytes,
 		MaxNameLength:    c.MaxNameLength,
 		MaxRequestBytes:  c.MaxRequestBytes,
+		MaxNestingDepth:  c.MaxNestingDepth,
 	}
 	a.Merge.MaxAttempts = c.MergeMaxAttempts
 	a.Merge.Timeout = c.MergeTimeout
@@ -324,6 +325,7 @@ func (c Config) Application() application.Config {
 	}
 	a.IdempotencyRing = c.IdempotencyRing
 	a.AsyncDisabledHint = "set SINK_KAFKA_BROKERS and SINK_KAFKA_TOPIC"
+	a.MaxRequestBytesSetting = "SINK_MAX_REQUEST_BYTES"
 	return a
 }
 

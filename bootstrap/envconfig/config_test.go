@@ -46,6 +46,7 @@ func TestMappedDefaultsAreTheAdaptersDefaults(t *testing.T) {
 	}
 	app := application.DefaultConfig()
 	app.AsyncDisabledHint = cfg.Application().AsyncDisabledHint
+	app.MaxRequestBytesSetting = "SINK_MAX_REQUEST_BYTES" // (the environment layer names its own settings)
 	same("application config", cfg.Application(), app)
 	same("health config", cfg.Health(), application.DefaultHealthConfig())
 	metrics := sinkprom.DefaultOptions()
@@ -211,20 +212,19 @@ func TestWorkerModesNeedKafka(t *testing.T) {
 	}
 }
 
-// The README's configuration table is generated from Config; this test keeps
-// them in step (regenerate with: go run ./cmd/sink config-table).
-func TestREADMEConfigTableMatchesConfig(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// The configuration table of docs/configuration.md is generated from
+// Config; this test keeps them in step (regenerate with: go run ./cmd/sink
+// config-table).
+func TestConfigTableDocMatchesConfig(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "configuration.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const begin, end = "<!-- config-table:begin -->\n", "<!-- config-table:end -->"
-	s := string(b)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatal("README has no config-table markers")
+	want := ConfigTable()
+	if !strings.HasPrefix(want, "| Variable |") {
+		t.Fatalf("ConfigTable does not start with the table's header: %.40q", want)
 	}
-	if got, want := s[i+len(begin):j], ConfigTable(); got != want {
-		t.Fatalf("README configuration table is out of date; replace it with the output of `go run ./cmd/sink config-table`:\n%s", want)
+	if !strings.Contains(string(b), "\n"+want) {
+		t.Fatalf("docs/configuration.md's table is out of date; replace it with the output of `go run ./cmd/sink config-table`:\n%s", want)
 	}
 }

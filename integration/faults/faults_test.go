@@ -392,7 +392,7 @@ func awaitApplied(ctx context.Context, c *cluster, l *load, limit time.Duration)
 	}
 }
 
-// renderTable is the README's reliability table: one row per fault with
+// renderTable is the reliability table of docs/reliability.md: one row per fault with
 // totals over its trials, and the machine it ran on.
 func renderTable(results []trialResult, dbKind string, requireOnce bool, took time.Duration) string {
 	type agg struct {

@@ -27,7 +27,7 @@
 // Tests that stop or restart the server (outage tests) must [Start] their own
 // server and [Server.Close] it, never Stop the shared one.
 //
-// See README.md for the FerretDB behaviour differences that tests must allow for.
+// See docs/mongodb.md for the FerretDB behaviour differences that tests must allow for.
 package mongotest
 
 import (
