@@ -256,6 +256,13 @@ func (c *Client) Servers() []string {
 	return out
 }
 
+// single reports whether the client has at most one server.
+func (c *Client) single() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.servers) <= 1
+}
+
 // pick returns the server for a record: the highest rendezvous score
 // among the servers not cooling down after a failure (among all if every
 // one is).

@@ -139,33 +139,7 @@ func newIdempotencyKey() string {
 func (c *Client) run(ctx context.Context, ops []*op, completion sinkv1.CompletionMode) {
 	pending := ops
 	for attempt := 1; ; attempt++ {
-		now := time.Now().UnixNano()
-		groups := make(map[*server][]*op)
-		var order []*server
-		for _, o := range pending {
-			s := c.pick(o.route, now)
-			if s == nil {
-				o.fail(&OperationError{Code: codes.Canceled, Reason: "CANCELED", Message: "the client is closed"})
-				continue
-			}
-			if _, ok := groups[s]; !ok {
-				order = append(order, s)
-			}
-			groups[s] = append(groups[s], o)
-		}
-		if len(order) == 1 {
-			c.sendGroup(ctx, order[0], groups[order[0]], completion)
-		} else {
-			var wg sync.WaitGroup
-			for _, s := range order {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c.sendGroup(ctx, s, groups[s], completion)
-				}()
-			}
-			wg.Wait()
-		}
+		c.dispatch(ctx, pending, completion)
 		var retry []*op
 		var delay time.Duration
 		for _, o := range pending {
@@ -191,6 +165,44 @@ func (c *Client) run(ctx context.Context, ops []*op, completion sinkv1.Completio
 		}
 		pending = retry
 	}
+}
+
+// dispatch sends pending operations to their servers: one group per
+// server, the groups concurrently.
+func (c *Client) dispatch(ctx context.Context, pending []*op, completion sinkv1.CompletionMode) {
+	now := time.Now().UnixNano()
+	if len(pending) == 1 || c.single() {
+		if s := c.pick(pending[0].route, now); s != nil {
+			c.sendGroup(ctx, s, pending, completion)
+			return
+		}
+	}
+	groups := make(map[*server][]*op)
+	var order []*server
+	for _, o := range pending {
+		s := c.pick(o.route, now)
+		if s == nil {
+			o.fail(&OperationError{Code: codes.Canceled, Reason: "CANCELED", Message: "the client is closed"})
+			continue
+		}
+		if _, ok := groups[s]; !ok {
+			order = append(order, s)
+		}
+		groups[s] = append(groups[s], o)
+	}
+	if len(order) == 1 {
+		c.sendGroup(ctx, order[0], groups[order[0]], completion)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, s := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.sendGroup(ctx, s, groups[s], completion)
+		}()
+	}
+	wg.Wait()
 }
 
 // backoff is a full-jitter exponential backoff before attempt+1.
