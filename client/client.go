@@ -101,7 +101,7 @@ func New(target string, opts ...Option) (*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sink: WithDNSRouting needs a host:port target: %w", err)
 		}
-		if addrs, err = resolve(context.Background(), target); err != nil {
+		if addrs, err = c.resolve(context.Background()); err != nil {
 			return nil, err
 		}
 	default:
@@ -118,17 +118,24 @@ func New(target string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// resolve returns the sorted host:port addresses of target.
-func resolve(ctx context.Context, target string) ([]string, error) {
-	host, port, err := net.SplitHostPort(target)
+// resolve returns the sorted host:port addresses of the target.
+func (c *Client) resolve(ctx context.Context) ([]string, error) {
+	host, port, err := net.SplitHostPort(c.target)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ips, err := net.DefaultResolver.LookupHost(ctx, host)
+	lookup := c.cfg.lookup
+	if lookup == nil {
+		lookup = net.DefaultResolver.LookupHost
+	}
+	ips, err := lookup(ctx, host)
 	if err != nil {
 		return nil, fmt.Errorf("sink: cannot resolve %s: %w", host, err)
+	}
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("sink: %s resolves to no address", host)
 	}
 	out := make([]string, 0, len(ips))
 	for _, ip := range ips {
@@ -149,7 +156,7 @@ func (c *Client) refresh(host string) {
 			return
 		case <-t.C:
 		}
-		addrs, err := resolve(context.Background(), c.target)
+		addrs, err := c.resolve(context.Background())
 		if err != nil || len(addrs) == 0 {
 			continue // keep the servers we have
 		}

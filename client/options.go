@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -41,6 +42,7 @@ type config struct {
 	attemptLimit time.Duration
 	autoKeys     bool
 	cooldown     time.Duration
+	lookup       func(ctx context.Context, host string) ([]string, error) // tests replace the resolver
 	err          error
 }
 
