@@ -206,4 +206,3 @@ func TestDNSRoutingReresolves(t *testing.T) {
 		t.Fatalf("20 records routed to %v", seen)
 	}
 }
-
