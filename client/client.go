@@ -58,6 +58,7 @@ type Client struct {
 
 	mu      sync.RWMutex
 	servers []*server // sorted by address
+	retired []*server // removed by a re-resolution, closed after a grace period or by Close
 	closed  bool
 
 	stop chan struct{}
@@ -193,7 +194,13 @@ func (c *Client) setServers(addrs []string, host string) error {
 	slices.SortFunc(next, func(a, b *server) int { return cmpString(a.addr, b.addr) })
 	c.servers = next
 	for _, s := range old {
-		time.AfterFunc(30*time.Second, func() { _ = s.conn.Close() })
+		c.retired = append(c.retired, s)
+		time.AfterFunc(30*time.Second, func() {
+			_ = s.conn.Close()
+			c.mu.Lock()
+			c.retired = slices.DeleteFunc(c.retired, func(r *server) bool { return r == s })
+			c.mu.Unlock()
+		})
 	}
 	return nil
 }
@@ -248,7 +255,10 @@ func (c *Client) closeAll() error {
 	for _, s := range c.servers {
 		errs = append(errs, s.conn.Close())
 	}
-	c.servers = nil
+	for _, s := range c.retired {
+		_ = s.conn.Close() // perhaps closed already
+	}
+	c.servers, c.retired = nil, nil
 	return errors.Join(errs...)
 }
 

@@ -140,6 +140,9 @@ func (c *Client) run(ctx context.Context, ops []*op, completion sinkv1.Completio
 	pending := ops
 	for attempt := 1; ; attempt++ {
 		c.dispatch(ctx, pending, completion)
+		if len(pending) > 1 {
+			keepOrder(pending)
+		}
 		var retry []*op
 		var delay time.Duration
 		for _, o := range pending {
@@ -164,6 +167,28 @@ func (c *Client) run(ctx context.Context, ops []*op, completion sinkv1.Completio
 			return
 		}
 		pending = retry
+	}
+}
+
+// keepOrder makes final, with its last error, every operation that would
+// be retried although a later operation of the same record (of the same
+// batch) is already final: resending it would apply it after that one and
+// break the order of the record's operations. (Records are told apart by
+// their routing hash; a collision only costs a retry.)
+func keepOrder(pending []*op) {
+	var last map[uint64]int
+	for i, o := range pending {
+		if o.done {
+			if last == nil {
+				last = make(map[uint64]int)
+			}
+			last[o.route] = i
+		}
+	}
+	for i, o := range pending {
+		if j, ok := last[o.route]; ok && !o.done && j > i {
+			o.fail(o.lastErr)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,24 +32,27 @@ import (
 type failingStore struct {
 	ports.Storage
 	code    domain.Code
-	fail    func() bool
+	fail    func(ports.WriteOp) bool
 	applied atomic.Int32
-	calls   atomic.Int32
 }
 
 func (f *failingStore) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
-	f.calls.Add(1)
-	if f.fail() {
-		res := make([]ports.WriteResult, len(ops))
-		for i := range res {
+	res := make([]ports.WriteResult, len(ops))
+	var pass []ports.WriteOp
+	var at []int
+	for i, op := range ops {
+		if f.fail(op) {
 			res[i].Err = domain.Errorf(f.code, "injected %s", f.code)
+			continue
 		}
-		return res
+		pass, at = append(pass, op), append(at, i)
 	}
-	res := f.Storage.Write(ctx, ops)
-	for _, r := range res {
-		if r.Err == nil {
-			f.applied.Add(1)
+	if len(pass) > 0 {
+		for j, r := range f.Storage.Write(ctx, pass) {
+			res[at[j]] = r
+			if r.Err == nil {
+				f.applied.Add(1)
+			}
 		}
 	}
 	return res
@@ -69,7 +73,7 @@ func TestWriteNotAppliedIsResentWithoutKey(t *testing.T) {
 		t.Run(tc.code.String(), func(t *testing.T) {
 			var requests atomic.Int32
 			st := &failingStore{Storage: memory.New(), code: tc.code}
-			st.fail = func() bool { return requests.Load() < 2 } // fail until the client resends
+			st.fail = func(ports.WriteOp) bool { return requests.Load() < 2 } // fail until the client resends
 			srv := sinktest.Start(t, sinktest.WithStorage(st))
 			count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 				requests.Add(1)
@@ -87,6 +91,41 @@ func TestWriteNotAppliedIsResentWithoutKey(t *testing.T) {
 				t.Fatalf("Put = %v after %d requests; want %v after one", err, requests.Load(), tc.sentinel)
 			}
 		})
+	}
+}
+
+// An operation that failed without being applied is not resent when a
+// later operation of the same record in the batch succeeded: it would land
+// after it.
+func TestBatchRetryKeepsARecordsOrder(t *testing.T) {
+	st := &failingStore{Storage: memory.New(), code: domain.CodeUnavailable}
+	var failures atomic.Int32
+	st.fail = func(op ports.WriteOp) bool {
+		if strings.Contains(string(op.Document.Data), "first") {
+			failures.Add(1)
+			return true
+		}
+		return false
+	}
+	c := sinktest.New(t, sinktest.WithStorage(st), sinktest.WithClientOptions(client.WithRetry(4, time.Millisecond, 5*time.Millisecond)))
+	ds := c.Dataset("ns", "ds")
+	b := c.Batch()
+	b.Put(ds, client.StringKey("k"), map[string]string{"v": "first"})
+	b.Put(ds, client.StringKey("k"), map[string]string{"v": "second"})
+	b.Put(ds, client.StringKey("other"), map[string]string{"v": "first"})
+	res := b.Do(context.Background())
+	if !errors.Is(res[0].Err, client.ErrUnavailable) || res[1].Err != nil {
+		t.Fatalf("results %v, %v: want the first put UNAVAILABLE and the second applied", res[0].Err, res[1].Err)
+	}
+	// The other record's put has no later operation: it is retried until
+	// the attempts run out.
+	var oe *client.OperationError
+	if !errors.As(res[2].Err, &oe) || oe.Attempts != 4 {
+		t.Fatalf("other record: %v, want 4 attempts", res[2].Err)
+	}
+	var v map[string]string
+	if _, err := ds.Get(context.Background(), client.StringKey("k"), &v); err != nil || v["v"] != "second" {
+		t.Fatalf("record k = %v, %v; want the second put", v, err)
 	}
 }
 
