@@ -101,18 +101,18 @@ func TestBatchRetryKeepsARecordsOrder(t *testing.T) {
 	st := &failingStore{Storage: memory.New(), code: domain.CodeUnavailable}
 	var failures atomic.Int32
 	st.fail = func(op ports.WriteOp) bool {
-		if strings.Contains(string(op.Document.Data), "first") {
-			failures.Add(1)
-			return true
+		// The first attempt of a "first" put fails; a resend would succeed.
+		if strings.Contains(string(op.Document.Data), "first") && op.Address.Key.String() == domain.StringKey("k").String() {
+			return failures.Add(1) == 1
 		}
-		return false
+		return strings.Contains(string(op.Document.Data), "doomed")
 	}
 	c := sinktest.New(t, sinktest.WithStorage(st), sinktest.WithClientOptions(client.WithRetry(4, time.Millisecond, 5*time.Millisecond)))
 	ds := c.Dataset("ns", "ds")
 	b := c.Batch()
 	b.Put(ds, client.StringKey("k"), map[string]string{"v": "first"})
 	b.Put(ds, client.StringKey("k"), map[string]string{"v": "second"})
-	b.Put(ds, client.StringKey("other"), map[string]string{"v": "first"})
+	b.Put(ds, client.StringKey("other"), map[string]string{"v": "doomed"})
 	res := b.Do(context.Background())
 	if !errors.Is(res[0].Err, client.ErrUnavailable) || res[1].Err != nil {
 		t.Fatalf("results %v, %v: want the first put UNAVAILABLE and the second applied", res[0].Err, res[1].Err)
