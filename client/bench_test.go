@@ -52,23 +52,28 @@ func BenchmarkPutGet(b *testing.B) {
 			}
 		}
 	})
-	b.Run("client", func(b *testing.B) {
-		c, err := srv.Client()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		ds := c.Dataset("bench", "client")
-		key := client.StringKey("k")
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := ds.Put(ctx, key, v); err != nil {
+	for _, tc := range []struct {
+		name string
+		opts []client.Option
+	}{{"client", nil}, {"client-untraced", []client.Option{client.WithoutCallTracing()}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			c, err := srv.Client(tc.opts...)
+			if err != nil {
 				b.Fatal(err)
 			}
-			var got order
-			if _, err := ds.Get(ctx, key, &got); err != nil {
-				b.Fatal(err)
+			defer c.Close()
+			ds := c.Dataset("bench", "client")
+			key := client.StringKey("k")
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ds.Put(ctx, key, v); err != nil {
+					b.Fatal(err)
+				}
+				var got order
+				if _, err := ds.Get(ctx, key, &got); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
 }

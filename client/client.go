@@ -231,7 +231,11 @@ func (c *Client) dialOptions(host string) []grpc.DialOption {
 		}
 		creds = credentials.NewTLS(cfg)
 	}
-	return append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithStatsHandler(tracer{})}, c.cfg.dialOpts...)
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if !c.cfg.noTrace {
+		opts = append(opts, grpc.WithStatsHandler(tracer{}))
+	}
+	return append(opts, c.cfg.dialOpts...)
 }
 
 // Close closes every connection; calls in flight fail.

@@ -270,7 +270,12 @@ func (c *Client) sendGroup(ctx context.Context, s *server, ops []*op, completion
 // for another attempt.
 func (c *Client) send(ctx context.Context, s *server, ops []*op, completion sinkv1.CompletionMode) {
 	tr := &callTrace{}
-	cctx := context.WithValue(ctx, traceKey{}, tr)
+	cctx := ctx
+	if c.cfg.noTrace {
+		tr.sent.Store(true) // as far as the client can tell
+	} else {
+		cctx = context.WithValue(ctx, traceKey{}, tr)
+	}
 	if c.md != nil {
 		cctx = metadata.NewOutgoingContext(cctx, c.md)
 	}

@@ -245,3 +245,36 @@ func TestDNSRoutingReresolves(t *testing.T) {
 		t.Fatalf("20 records routed to %v", seen)
 	}
 }
+
+// A write that never left the client (no server listens) is resent even
+// without a key; without call tracing the client cannot tell, and does not.
+func TestUnsentWriteAndCallTracing(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	for _, tc := range []struct {
+		name     string
+		opts     []client.Option
+		want     error
+		attempts int
+	}{
+		{"traced", nil, client.ErrUnavailable, 3},
+		{"untraced", []client.Option{client.WithoutCallTracing()}, client.ErrOutcomeUnknown, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := client.New(addr, append([]client.Option{client.WithInsecure(), client.WithRetry(3, time.Millisecond, 5*time.Millisecond)}, tc.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Dataset("ns", "ds").Put(context.Background(), client.StringKey("k"), map[string]int{"a": 1})
+			var oe *client.OperationError
+			if !errors.Is(err, tc.want) || !errors.As(err, &oe) || oe.Attempts != tc.attempts {
+				t.Fatalf("Put = %v (%+v), want %v after %d attempts", err, oe, tc.want, tc.attempts)
+			}
+		})
+	}
+}
