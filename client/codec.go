@@ -50,6 +50,9 @@ func mediaType(ct string) string {
 // codecFor picks the codec that decodes a document of content type ct:
 // the preferred one when its type matches, else JSON or BSON.
 func codecFor(preferred Codec, ct string) (Codec, error) {
+	if preferred != nil && ct == preferred.ContentType() {
+		return preferred, nil // the common case, without parsing
+	}
 	mt := mediaType(ct)
 	if preferred != nil && mediaType(preferred.ContentType()) == mt {
 		return preferred, nil
