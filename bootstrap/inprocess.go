@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/ports"
@@ -23,8 +24,21 @@ type InProcessOptions struct {
 	Profiles []ports.MergeProfile
 	// LogWriter receives the process log (nil: discarded).
 	LogWriter io.Writer
+	// Queue, when set, carries the mutation log and the dead letters
+	// instead of Kafka (QueuePubSub); Env must still configure the queue
+	// (SINK_KAFKA_BROKERS, SINK_KAFKA_TOPIC, SINK_KAFKA_GROUP_ID).
+	Queue *QueueTransport
 	// Extra options for the fx application (tests of Sink itself).
 	Extra []fx.Option
+}
+
+// QueueTransport is a Watermill Pub/Sub for QueuePubSub: the queue
+// publishes to Pub, the worker subscribes to Sub and writes dead letters to
+// DeadLetters.
+type QueueTransport struct {
+	Pub         message.Publisher
+	Sub         message.Subscriber
+	DeadLetters message.Publisher
 }
 
 // InProcess is a Sink assembled and started inside the calling process,
@@ -54,6 +68,9 @@ func StartInProcess(ctx context.Context, o InProcessOptions) (*InProcess, error)
 	log := NewLogger(cfg, w)
 	p := &InProcess{Config: cfg}
 	extra := append([]fx.Option{fx.Populate(&p.grpc, &p.http)}, o.Extra...)
+	if q := o.Queue; q != nil {
+		extra = append(extra, QueuePubSub(q.Pub, q.Sub, q.DeadLetters))
+	}
 	if o.Storage != nil {
 		st := o.Storage
 		extra = append(extra, fx.Decorate(func(ports.Storage) ports.Storage { return st }))

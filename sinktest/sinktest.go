@@ -16,10 +16,16 @@ package sinktest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/sink-io/sink/bootstrap"
 	"github.com/sink-io/sink/client"
@@ -32,6 +38,7 @@ type options struct {
 	profiles   []ports.MergeProfile
 	clientOpts []client.Option
 	logs       io.Writer
+	queue      bool
 }
 
 // Option configures the in-process Sink.
@@ -56,12 +63,20 @@ func WithClientOptions(opts ...client.Option) Option {
 	return func(o *options) { o.clientOpts = append(o.clientOpts, opts...) }
 }
 
+// WithQueue enables RETURN_AFTER_ACCEPTED: Sink runs as server and worker
+// in one process (SINK_MODE=all), its mutation log on Watermill's
+// in-memory GoChannel, a publish returning once the worker applied the
+// mutation (so a read right after an accepted write sees it), and its
+// Kafka client on an in-process kfake cluster that carries no mutations.
+func WithQueue() Option { return func(o *options) { o.queue = true } }
+
 // WithLogs sends the server's log to w (by default it is discarded).
 func WithLogs(w io.Writer) Option { return func(o *options) { o.logs = w } }
 
 // Server is a running in-process Sink.
 type Server struct {
 	p          *bootstrap.InProcess
+	closers    []func()
 	addr       string
 	clientOpts []client.Option
 }
@@ -76,18 +91,48 @@ func NewServer(opts ...Option) (*Server, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := bootstrap.StartInProcess(ctx, bootstrap.InProcessOptions{
-		Env: maps.Clone(o.env), Storage: o.storage, Profiles: o.profiles, LogWriter: o.logs,
-	})
+	in := bootstrap.InProcessOptions{Storage: o.storage, Profiles: o.profiles, LogWriter: o.logs}
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	if o.queue {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, queueTopic, queueTopic+".dead-letter"), kfake.AllowAutoTopicCreation())
+		if err != nil {
+			return nil, fmt.Errorf("sinktest: in-process Kafka: %w", err)
+		}
+		log := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+		dead := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+		closers = append(closers, cluster.Close, func() { _ = log.Close() }, func() { _ = dead.Close() })
+		in.Queue = &bootstrap.QueueTransport{Pub: log, Sub: log, DeadLetters: dead}
+		for k, v := range map[string]string{
+			"SINK_MODE": "all", "SINK_KAFKA_BROKERS": strings.Join(cluster.ListenAddrs(), ","),
+			"SINK_KAFKA_TOPIC": queueTopic, "SINK_KAFKA_GROUP_ID": "sinktest-workers",
+			"SINK_KAFKA_SESSION_TIMEOUT": "6s", "SINK_KAFKA_PUBLISH_TIMEOUT": "3s",
+		} {
+			if _, set := o.env[k]; !set {
+				o.env[k] = v
+			}
+		}
+	}
+	in.Env = maps.Clone(o.env)
+	p, err := bootstrap.StartInProcess(ctx, in)
 	if err != nil {
+		closeAll()
 		return nil, err
 	}
 	if p.GRPCAddr() == "" {
 		_ = p.Stop(ctx)
+		closeAll()
 		return nil, errors.New("sinktest: the configuration serves no gRPC API (SINK_MODE=worker?)")
 	}
-	return &Server{p: p, addr: p.GRPCAddr(), clientOpts: o.clientOpts}, nil
+	return &Server{p: p, closers: closers, addr: p.GRPCAddr(), clientOpts: o.clientOpts}, nil
 }
+
+// queueTopic is the mutation log's topic name under WithQueue.
+const queueTopic = "sinktest.mutations"
 
 // Start starts an in-process Sink stopped in t.Cleanup.
 func Start(t testing.TB, opts ...Option) *Server {
@@ -139,6 +184,9 @@ func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := s.p.Stop(ctx)
-	s.p = nil
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.p, s.closers = nil, nil
 	return err
 }
