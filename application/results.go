@@ -46,7 +46,11 @@ type WriteResult struct {
 	// is in the record's applied mark): nothing was written this time, and
 	// Revision is the one the earlier write produced.
 	Skipped bool
-	Err     *domain.Error
+	// Document is the document as written (the merged one for a merge),
+	// for an applied put or merge that asked for it (ReturnDocument) and
+	// was written now (not Skipped).
+	Document *domain.Document
+	Err      *domain.Error
 }
 
 // failed returns the result for an operation that ended with err.
