@@ -66,6 +66,7 @@ type WriteOption func(*writeOptions)
 type writeOptions struct {
 	expected   Revision
 	key        string
+	returnDoc  bool
 	completion Completion
 	set        bool // completion set
 }
@@ -82,6 +83,13 @@ func WithExpectedRevision(rev Revision) WriteOption {
 // record): the server applies the write at most once, so the client may
 // resend it after an unknown outcome.
 func WithIdempotencyKey(key string) WriteOption { return func(o *writeOptions) { o.key = key } }
+
+// WithReturnDocument asks the server for the document as written (puts
+// and merges, WaitUntilApplied only): for a merge, the record's state right
+// after this merge. Decode it with Result.Decode; a retry the server
+// answered from the record's remembered idempotency keys carries none
+// (Decode then returns ErrNotFound: read the record).
+func WithReturnDocument() WriteOption { return func(o *writeOptions) { o.returnDoc = true } }
 
 // WithCompletion sets the write's completion mode.
 func WithCompletion(m Completion) WriteOption {
@@ -127,8 +135,8 @@ func (d *Dataset) putOp(key Key, v any, mode sinkv1.PutMode, o writeOptions) (*o
 	}
 	return &op{kind: opWrite, route: routeHash(d.store, d.namespace, d.dataset, key), size: key.size() + len(doc.Data), keyed: o.key != "",
 		write: &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{
-			Address: d.address(key), Document: doc, Mode: mode, ExpectedRevision: o.expected, IdempotencyKey: o.key,
-		}}}}, nil
+			Address: d.address(key), Document: doc, Mode: mode, ExpectedRevision: o.expected, IdempotencyKey: o.key, ReturnDocument: o.returnDoc,
+		}}}, codec: d.codec}, nil
 }
 
 func (d *Dataset) mergeOp(key Key, profile string, intent any, o writeOptions) (*op, error) {
@@ -138,8 +146,8 @@ func (d *Dataset) mergeOp(key Key, profile string, intent any, o writeOptions) (
 	}
 	return &op{kind: opWrite, route: routeHash(d.store, d.namespace, d.dataset, key), size: key.size() + len(doc.Data), keyed: o.key != "",
 		write: &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Merge{Merge: &sinkv1.MergeOperation{
-			Address: d.address(key), Profile: profile, Intent: doc, IdempotencyKey: o.key,
-		}}}}, nil
+			Address: d.address(key), Profile: profile, Intent: doc, IdempotencyKey: o.key, ReturnDocument: o.returnDoc,
+		}}}, codec: d.codec}, nil
 }
 
 func (d *Dataset) deleteOp(key Key, o writeOptions) *op {

@@ -151,3 +151,25 @@ func ExampleWithCodec() {
 	// Output:
 	// ada [tea]
 }
+
+func ExampleWithReturnDocument() {
+	c, stop := startSink()
+	defer stop()
+	ctx := context.Background()
+	orders := c.Dataset("shop", "orders")
+	key := client.StringKey("o-1")
+
+	_, _ = orders.Put(ctx, key, Order{Customer: "ada", Total: 12})
+	// The merged order comes back with the merge: no read needed.
+	res, err := orders.Merge(ctx, key, "merge-patch", map[string]any{"items": []string{"tea"}}, client.WithReturnDocument())
+	if err != nil {
+		log.Fatal(err)
+	}
+	var o Order
+	if err := res.Decode(&o); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(o.Customer, o.Items, o.Total)
+	// Output:
+	// ada [tea] 12
+}

@@ -68,15 +68,16 @@ func (r Result) Found() bool { return r.Status == StatusFound }
 // ContentType is the content type of the document read.
 func (r Result) ContentType() string { return r.doc.GetContentType() }
 
-// Decode decodes the document read into v with the codec of its content
-// type. It returns ErrNotFound when the read found nothing and the
-// operation's error when it failed.
+// Decode decodes the document of the result (a read's, or a write's with
+// WithReturnDocument) into v with the codec of its content type. It
+// returns ErrNotFound when there is no document (nothing found, or not
+// returned) and the operation's error when it failed.
 func (r Result) Decode(v any) error {
 	if r.Err != nil {
 		return r.Err
 	}
-	if r.Status != StatusFound || r.doc == nil {
-		return notFound("the record")
+	if r.doc == nil {
+		return notFound("the document")
 	}
 	codec, err := codecFor(r.codec, r.doc.GetContentType())
 	if err != nil {
@@ -309,7 +310,7 @@ func (c *Client) send(ctx context.Context, s *server, ops []*op, completion sink
 		var resp *sinkv1.WriteResponse
 		if resp, err = s.stub.Write(cctx, req); err == nil {
 			err = fileResults(ops, resp.GetResults(), func(o *op, r *sinkv1.WriteResult) {
-				c.fileOne(o, r.GetStatus(), r.GetError(), Result{Revision: r.GetRevision(), MutationID: r.GetMutationId()})
+				c.fileOne(o, r.GetStatus(), r.GetError(), Result{Revision: r.GetRevision(), MutationID: r.GetMutationId(), doc: r.GetDocument(), codec: o.codec})
 			})
 		}
 	case opDelete:

@@ -278,3 +278,31 @@ func TestUnsentWriteAndCallTracing(t *testing.T) {
 		})
 	}
 }
+
+func TestReturnDocument(t *testing.T) {
+	c := sinktest.New(t, sinktest.WithQueue())
+	ctx := context.Background()
+	for _, codec := range []client.Codec{client.JSON, client.BSON} {
+		ds := c.Dataset("ns", "ret", client.WithCodec(codec))
+		key := client.StringKey(codec.ContentType())
+		res, err := ds.Put(ctx, key, order{Customer: "ada", Total: 1}, client.WithReturnDocument())
+		var o order
+		if err != nil || res.Decode(&o) != nil || o.Customer != "ada" || res.ContentType() != codec.ContentType() {
+			t.Fatalf("%s put: %+v, %v, %+v", codec.ContentType(), res, err, o)
+		}
+		res, err = ds.Merge(ctx, key, "merge-patch", map[string]int{"total": 5}, client.WithReturnDocument())
+		o = order{}
+		if err != nil || res.Decode(&o) != nil || o != (order{Customer: "ada", Total: 5}) {
+			t.Fatalf("%s merge: %+v, %v, %+v", codec.ContentType(), res, err, o)
+		}
+		// Without the option there is no document.
+		res, err = ds.Merge(ctx, key, "merge-patch", map[string]int{"total": 6})
+		if err != nil || !errors.Is(res.Decode(&o), client.ErrNotFound) {
+			t.Fatalf("%s merge without the option: %v, decode %v", codec.ContentType(), err, res.Decode(&o))
+		}
+	}
+	_, err := c.Dataset("ns", "ret").Put(ctx, client.StringKey("k"), order{}, client.WithReturnDocument(), client.WithCompletion(client.ReturnAfterAccepted))
+	if !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("return document with RETURN_AFTER_ACCEPTED = %v, want ErrInvalidArgument", err)
+	}
+}
