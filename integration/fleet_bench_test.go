@@ -72,4 +72,3 @@ func BenchmarkFleetHotKeyMongo(b *testing.B) {
 		})
 	}
 }
-
