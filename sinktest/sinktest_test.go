@@ -2,11 +2,15 @@ package sinktest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/client"
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
 	"github.com/sink-io/sink/sinktest"
 )
 
@@ -78,5 +82,36 @@ func TestWithQueueAppliesAcceptedWrites(t *testing.T) {
 	plain := sinktest.New(t).Dataset("ns", "ds")
 	if _, err := plain.Put(ctx, client.StringKey("k"), 1, client.WithCompletion(client.ReturnAfterAccepted)); !errors.Is(err, client.ErrFailedPrecondition) {
 		t.Fatalf("RETURN_AFTER_ACCEPTED without a queue = %v", err)
+	}
+}
+
+// upper is a merge profile that stores the intent's "s" upper-cased.
+type upper struct{}
+
+func (upper) Name() string           { return "upper" }
+func (upper) ContentTypes() []string { return []string{"application/json"} }
+func (upper) Merge(_ context.Context, in ports.MergeInput) (domain.Document, error) {
+	var v struct{ S string }
+	if err := json.Unmarshal(in.Intent.Data, &v); err != nil {
+		return domain.Document{}, err
+	}
+	b, _ := json.Marshal(map[string]string{"s": strings.ToUpper(v.S)})
+	return domain.Document{ContentType: "application/json", Data: b}, nil
+}
+
+func TestWithProfilesRegistersThem(t *testing.T) {
+	c := sinktest.New(t, sinktest.WithProfiles(upper{}))
+	ds := c.Dataset("ns", "ds")
+	ctx := context.Background()
+	if _, err := ds.Merge(ctx, client.StringKey("k"), "upper", map[string]string{"s": "sink"}); err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]string
+	if _, err := ds.Get(ctx, client.StringKey("k"), &v); err != nil || v["s"] != "SINK" {
+		t.Fatalf("Get = %v, %v", v, err)
+	}
+	// The built-in profiles stay.
+	if _, err := ds.Merge(ctx, client.StringKey("k"), "merge-patch", map[string]string{"t": "x"}); err != nil {
+		t.Fatal(err)
 	}
 }
