@@ -136,6 +136,16 @@ func (it item) setWrite(r ports.WriteResult) {
 
 func (it item) fail(err *domain.Error) { it.j.results[it.i] = failed(err) }
 
+// setDocument puts the document written into an applied, not skipped,
+// result of a mutation that asked for it.
+func (it item) setDocument(doc *domain.Document) {
+	r := &it.j.results[it.i]
+	if it.m().ReturnDocument && r.Status == StatusApplied && !r.Skipped {
+		d := *doc
+		r.Document = &d
+	}
+}
+
 // skip sets the result of a mutation found already applied: applied, with
 // the revision the write that applied it produced.
 func (it item) skip(rev domain.Revision) {
@@ -394,6 +404,9 @@ func (s *Service) settleWrites(got []ports.WriteResult, ops []ports.WriteOp, own
 		if written == nil || written[k] == nil {
 			it := owners[k][0]
 			it.setWrite(r)
+			if r.Err == nil && k < len(ops) {
+				it.setDocument(&ops[k].Document)
+			}
 			continue
 		}
 		if c := domain.CodeOf(r.Err); r.Err != nil && (conflict(c) || c == domain.CodeAlreadyApplied || c == domain.CodeSuperseded) {
@@ -404,8 +417,11 @@ func (s *Service) settleWrites(got []ports.WriteResult, ops []ports.WriteOp, own
 			again = append(again, owners[k])
 			continue
 		}
-		for _, it := range written[k].applied {
+		for n, it := range written[k].applied {
 			it.setWrite(r)
+			if r.Err == nil && n < len(written[k].docs) {
+				it.setDocument(&written[k].docs[n])
+			}
 		}
 		for _, it := range written[k].dups {
 			it.setWrite(r)
@@ -505,9 +521,26 @@ func (a *markAlloc) ids(ids ...string) []string {
 // applied by the same write and reported skipped.
 type foldWrite struct {
 	applied []item
-	dups    []item
+	// docs[n] is the record's state after applied[n]'s merge; kept only
+	// from the first merge that asked for its document (ReturnDocument)
+	// on, so docs may be shorter than applied (nil: none asked).
+	docs []domain.Document
+	dups []item
 	// base is the record's mark the fold started from.
 	base knownMark
+}
+
+// keepDocument records doc, the state after the merge of it that was just
+// appended to f.applied, when it or an earlier merge of the fold asked for
+// its document.
+func (f *foldWrite) keepDocument(it item, doc domain.Document) {
+	if f.docs == nil && !it.m().ReturnDocument {
+		return
+	}
+	for len(f.docs) < len(f.applied)-1 {
+		f.docs = append(f.docs, domain.Document{}) // merges before it that did not ask
+	}
+	f.docs = append(f.docs, doc)
 }
 
 // knownMark is a record's applied mark as far as the service knows it: all
@@ -631,6 +664,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 				} else {
 					cur = &st.doc
 					f.applied = append(f.applied, it)
+					f.keepDocument(it, st.doc)
 				}
 				continue
 			}
@@ -665,6 +699,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 			}
 			cur = &doc
 			f.applied = append(f.applied, it)
+			f.keepDocument(it, doc)
 			if id != "" {
 				ids = append(ids, id)
 			}

@@ -50,6 +50,8 @@ const (
 	fieldIntent = "intent"
 	// fieldIdempotencyKey: the client's idempotency key.
 	fieldIdempotencyKey = "idempotency_key"
+	// fieldReturnDocument: the request for the written document.
+	fieldReturnDocument = "return_document"
 )
 
 // opDetail is the Cause of every per-operation error: the operation and

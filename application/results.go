@@ -53,7 +53,11 @@ type WriteResult struct {
 	// its own). It is not applied now, and it is not dead-lettered: it has
 	// no revision to report.
 	Superseded bool
-	Err        *domain.Error
+	// Document is the document as written (the merged one for a merge),
+	// for an applied put or merge that asked for it (ReturnDocument) and
+	// was written now (not Skipped).
+	Document *domain.Document
+	Err      *domain.Error
 }
 
 // failed returns the result for an operation that ended with err.

@@ -292,6 +292,12 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 			results[i] = failed(err)
 			continue
 		}
+		if m.ReturnDocument && (completion == ReturnAfterAccepted || m.Kind == domain.MutationDelete) {
+			// Nothing to return before a worker applied it (and a delete
+			// leaves no document).
+			results[i] = failed(invalid(ref, fieldReturnDocument, "is only available for puts and merges with completion WAIT_UNTIL_APPLIED"))
+			continue
+		}
 		if err := s.authorize(ctx, ref, m.Kind, m.Address); err != nil {
 			results[i] = failed(err)
 			continue

@@ -107,6 +107,10 @@ type Mutation struct {
 	// revision (put and delete only).
 	ExpectedRevision Revision
 
+	// ReturnDocument asks for the document as written in the result (put
+	// and merge, synchronous completion only; never queued).
+	ReturnDocument bool
+
 	// SubmittedAt is when the mutation was accepted (async) or received (sync).
 	SubmittedAt time.Time
 	// Source is where the mutation was read from when it came from a queue.

@@ -33,6 +33,13 @@ const module = testkit.ModulePath
 //     the BSON wire-format check and the tracing helpers) imports no
 //     layer of Sink but domain;
 //   - only bootstrap imports fx;
+//   - the Go client (client/) is a library for Sink's users: it imports
+//     only the generated API (proto/) of Sink, never a layer of the server;
+//   - the public test kit sinktest/ (an in-process Sink for users' tests)
+//     imports only the composition root (package bootstrap), the client,
+//     ports, domain, the memory adapter and the generated API, and never
+//     internal/testkit (it is production-level code); no production code
+//     but itself imports it (tests and the test kit may);
 //   - production code (everything outside integration/ and the test kit
 //     internal/testkit/) never imports the test kit or the conformance
 //     suites ports/storagetest and ports/mergetest.
@@ -119,6 +126,23 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		"adapters/auth/x.go":          module + "/bootstrap/cli",
 		"internal/pemfile/x.go":       module + "/adapters/kafka",
 		"internal/spans/x.go":         module + "/ports",
+		// The client is a library of the API, not of the server.
+		"client/x.go": module + "/domain",
+		"client/y.go": module + "/application",
+		"client/z.go": module + "/internal/testkit",
+		"client/w.go": module + "/sinktest",
+		// The public test kit: the composition root, client and ports only.
+		"sinktest/x.go": module + "/internal/testkit",
+		"sinktest/y.go": module + "/internal/testkit/sinktest",
+		"sinktest/z.go": module + "/application",
+		"sinktest/w.go": module + "/adapters/mongodb",
+		"sinktest/v.go": module + "/bootstrap/cli",
+		"sinktest/u.go": "go.uber.org/fx",
+		// Nothing in production imports the public test kit.
+		"bootstrap/w.go":              module + "/sinktest",
+		"cmd/sink/y.go":               module + "/sinktest",
+		"examples/customprofile/y.go": module + "/sinktest",
+		"adapters/memory/z.go":        module + "/sinktest",
 	}
 	for file, imp := range bad {
 		if violates(file, imp) == "" {
@@ -146,6 +170,15 @@ func TestDependencyRuleCatchesViolations(t *testing.T) {
 		"internal/testkit/kafkatest/x.go": module + "/internal/testkit",
 		"integration/cmd/sinkcount/x.go":  module + "/internal/testkit/countprofile",
 		"ports/storagetest/y.go":          module + "/ports/mergetest",
+		// The client and the public test kit.
+		"client/x.go":                    module + "/proto/sink/v1",
+		"client/y.go":                    "go.mongodb.org/mongo-driver/v2/bson",
+		"sinktest/x.go":                  module + "/bootstrap",
+		"sinktest/y.go":                  module + "/client",
+		"sinktest/z.go":                  module + "/ports",
+		"sinktest/w.go":                  module + "/adapters/memory",
+		"integration/x.go":               module + "/sinktest",
+		"internal/testkit/sinktest/y.go": module + "/sinktest",
 	}
 	for file, imp := range good {
 		if msg := violates(file, imp); msg != "" {
@@ -181,6 +214,9 @@ func violates(file, imp string) string {
 	}
 	if internal && (underPath(target, "ports/storagetest") || underPath(target, "ports/mergetest")) && !testCode(file) && !conformanceSuite(file) {
 		return "production code never imports the conformance suites (they are for tests)"
+	}
+	if internal && underPath(target, "sinktest") && !underPath(file, "sinktest") && !testCode(file) {
+		return "only tests import the public test kit sinktest"
 	}
 	if testCode(file) {
 		return "" // test code may import every layer
@@ -221,6 +257,17 @@ func violates(file, imp string) string {
 		}
 		if internal && !under("internal") && !under("domain") {
 			return "internal/ holds shared technology helpers that import no layer of Sink but domain"
+		}
+	case "client":
+		if internal && !under("proto") {
+			return "the Go client imports only the generated API (proto/), never a layer of the server"
+		}
+	case "sinktest":
+		if !internal {
+			return ""
+		}
+		if !(target == "bootstrap" || under("client") || under("ports") || under("domain") || under("adapters/memory") || under("proto")) {
+			return "the public test kit imports only the composition root (package bootstrap), the client, ports, domain, the memory adapter and the generated API"
 		}
 	case "adapters":
 		if !internal {

@@ -81,6 +81,9 @@ func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.W
 		res := &rs[i]
 		res.Index, res.Status, res.Error, res.MutationId = uint32(i), toStatus(r.Status), operationError(r.Err), r.MutationID
 		res.Revision, revs = appendRevision(revs, r.Revision)
+		if d := r.Document; d != nil {
+			res.Document = &sinkv1.Document{ContentType: d.ContentType, Data: d.Data}
+		}
 		out.Results[i] = res
 	}
 	return out, nil
@@ -140,14 +143,16 @@ func writeMutations(ops []*sinkv1.WriteOperation) []domain.Mutation {
 				Document:         toDocument(p.GetDocument()),
 				Mode:             domain.PutMode(p.GetMode()),
 				ExpectedRevision: domain.Revision(p.GetExpectedRevision()),
+				ReturnDocument:   p.GetReturnDocument(),
 			}
 			withKey(&muts[i], p.GetIdempotencyKey())
 		case *sinkv1.WriteOperation_Merge:
 			m := k.Merge
 			muts[i] = domain.Mutation{
-				Kind:    domain.MutationMerge,
-				Address: toAddress(m.GetAddress()),
-				Merge:   domain.MergeIntent{Profile: m.GetProfile(), Intent: toDocument(m.GetIntent())},
+				Kind:           domain.MutationMerge,
+				Address:        toAddress(m.GetAddress()),
+				Merge:          domain.MergeIntent{Profile: m.GetProfile(), Intent: toDocument(m.GetIntent())},
+				ReturnDocument: m.GetReturnDocument(),
 			}
 			withKey(&muts[i], m.GetIdempotencyKey())
 		}

@@ -56,9 +56,9 @@ func (c *command) call(ctx context.Context, client sinkv1.SinkClient, r *request
 		write := func(doc *sinkv1.Document) (*sinkv1.WriteResult, error) {
 			op := &sinkv1.WriteOperation{}
 			if c.name == "put" {
-				op.Kind = &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{Address: r.address, Document: doc, Mode: r.mode, ExpectedRevision: r.revision, IdempotencyKey: c.idempotencyKey}}
+				op.Kind = &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{Address: r.address, Document: doc, Mode: r.mode, ExpectedRevision: r.revision, IdempotencyKey: c.idempotencyKey, ReturnDocument: c.returnDocument}}
 			} else {
-				op.Kind = &sinkv1.WriteOperation_Merge{Merge: &sinkv1.MergeOperation{Address: r.address, Profile: c.profile, Intent: doc, IdempotencyKey: c.idempotencyKey}}
+				op.Kind = &sinkv1.WriteOperation_Merge{Merge: &sinkv1.MergeOperation{Address: r.address, Profile: c.profile, Intent: doc, IdempotencyKey: c.idempotencyKey, ReturnDocument: c.returnDocument}}
 			}
 			resp, err := client.Write(ctx, &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{op}, Completion: completion})
 			if err != nil {
@@ -77,7 +77,11 @@ func (c *command) call(ctx context.Context, client sinkv1.SinkClient, r *request
 		if err != nil {
 			return c.callError(err)
 		}
-		return c.print(writeOutput(res.GetStatus(), res.GetRevision(), res.GetMutationId(), res.GetError()), res.GetStatus(), res.GetError())
+		out := writeOutput(res.GetStatus(), res.GetRevision(), res.GetMutationId(), res.GetError())
+		if d := res.GetDocument(); d != nil {
+			c.setDocument(&out, d)
+		}
+		return c.print(out, res.GetStatus(), res.GetError())
 	default: // delete
 		resp, err := client.Delete(ctx, &sinkv1.DeleteRequest{
 			Operations: []*sinkv1.DeleteOperation{{Address: r.address, ExpectedRevision: r.revision, IdempotencyKey: c.idempotencyKey}}, Completion: completion})

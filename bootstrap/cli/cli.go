@@ -90,6 +90,7 @@ type command struct {
 	profile                 string
 	async                   bool
 	idempotencyKey          string
+	returnDocument          bool
 	canonical               bool
 }
 
@@ -156,6 +157,7 @@ func (c *command) define() {
 		fs.StringVar(&c.contentType, "content-type", "application/json", "content type of the "+what)
 		fs.BoolVar(&c.bson, "bson", false, "convert the JSON "+what+" to BSON before sending; Extended JSON (relaxed or canonical, as read prints it) gives the types: 3 is an int32, {\"$numberLong\":\"3\"} an int64 (automatic when the store accepts only application/bson)")
 		fs.BoolVar(&c.async, "async", false, "return once the server's durable queue accepted the write (RETURN_AFTER_ACCEPTED)")
+		fs.BoolVar(&c.returnDocument, "return-document", false, "print the document as written (for a merge, the record right after this merge), so that no read is needed; not with --async")
 	}
 	if c.name != "read" {
 		fs.StringVar(&c.idempotencyKey, "idempotency-key", "", "retry-safe key of this change (1-128 printable ASCII characters, no spaces): sending it again with the same key applies it at most once while the record remembers the key (its last SINK_IDEMPOTENCY_RING keys)")

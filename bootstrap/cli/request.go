@@ -54,6 +54,9 @@ func (c *command) build() (*request, int) {
 	if c.create && c.replace {
 		return nil, c.usageError("--create and --replace exclude each other")
 	}
+	if c.returnDocument && c.async {
+		return nil, c.usageError("--return-document cannot be combined with --async: nothing is written before a worker applies the write")
+	}
 	if c.create && c.ifRevision != "" {
 		return nil, c.usageError("--create cannot be combined with --if-revision: a record that must not exist has no revision")
 	}

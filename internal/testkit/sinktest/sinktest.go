@@ -4,8 +4,6 @@ package sinktest
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -31,42 +29,28 @@ type Server struct {
 }
 
 // Start assembles Sink from env (on top of testkit.Env: both listeners on
-// free loopback ports), starts it and connects a client. Everything is
-// stopped in t.Cleanup.
+// free loopback ports) with bootstrap.StartInProcess, the same assembly as
+// the public package sinktest, starts it and connects the generated
+// client. Everything is stopped in t.Cleanup.
 func Start(t testing.TB, env map[string]string, extra ...fx.Option) *Server {
 	t.Helper()
 	environ := testkit.Env("SINK_SHUTDOWN_TIMEOUT", "10s")
 	for k, v := range env {
 		environ[k] = v
 	}
-	cfg, err := bootstrap.LoadConfig(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log *slog.Logger
+	opts := bootstrap.InProcessOptions{Env: environ, Extra: extra}
 	if testing.Verbose() {
-		log = bootstrap.NewLogger(cfg, testWriter{t})
-	} else {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	var ep *bootstrap.GRPCEndpoint
-	var httpEP *bootstrap.HTTPEndpoint
-	app, err := bootstrap.New(cfg, log, append(extra, fx.Populate(&ep, &httpEP))...)
-	if err != nil {
-		t.Fatal(err)
+		opts.LogWriter = testWriter{t}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := app.Start(ctx); err != nil {
+	p, err := bootstrap.StartInProcess(ctx, opts)
+	if err != nil {
 		t.Fatalf("cannot start Sink: %v", err)
 	}
-	s := &Server{App: app, Config: cfg}
+	s := &Server{App: p.App, Config: p.Config, HTTPAddr: p.HTTPAddr()}
 	t.Cleanup(func() { s.Stop(t) })
-	if httpEP != nil && httpEP.Addr() != nil {
-		s.HTTPAddr = httpEP.Addr().String()
-	}
-	if ep != nil && ep.Addr() != nil {
-		s.Addr = ep.Addr().String()
+	if s.Addr = p.GRPCAddr(); s.Addr != "" {
 		conn, err := grpc.NewClient(s.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)

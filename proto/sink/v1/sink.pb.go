@@ -885,6 +885,11 @@ type PutOperation struct {
 	// after the record was deleted (a delete removes what the record
 	// remembers), the key is forgotten and a retry applies again.
 	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// When true, the result carries the document as written
+	// (WriteResult.document), so that the client needs no read. Only with
+	// WAIT_UNTIL_APPLIED: with RETURN_AFTER_ACCEPTED the operation fails
+	// with INVALID_ARGUMENT.
+	ReturnDocument bool `protobuf:"varint,6,opt,name=return_document,json=returnDocument,proto3" json:"return_document,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -954,6 +959,13 @@ func (x *PutOperation) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *PutOperation) GetReturnDocument() bool {
+	if x != nil {
+		return x.ReturnDocument
+	}
+	return false
+}
+
 // MergeOperation is a server-side read-modify-write: Sink reads the latest
 // record, runs the named merge profile on (current document or absence,
 // intent), and writes the result with a revision precondition, retrying on
@@ -967,6 +979,13 @@ type MergeOperation struct {
 	// merge that is not idempotent by itself (a counter), it is what makes
 	// a retry safe.
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// When true, the result carries the merged document as written
+	// (WriteResult.document): the record's state right after this merge,
+	// also when Sink folded several merges of the record into one write
+	// (each merge then gets the state after its own merge, not the fold's
+	// final state). Only with WAIT_UNTIL_APPLIED: with RETURN_AFTER_ACCEPTED
+	// the operation fails with INVALID_ARGUMENT.
+	ReturnDocument bool `protobuf:"varint,5,opt,name=return_document,json=returnDocument,proto3" json:"return_document,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1029,6 +1048,13 @@ func (x *MergeOperation) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *MergeOperation) GetReturnDocument() bool {
+	if x != nil {
+		return x.ReturnDocument
+	}
+	return false
+}
+
 type WriteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*WriteResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -1081,7 +1107,12 @@ type WriteResult struct {
 	Revision []byte          `protobuf:"bytes,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	Error    *OperationError `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// The queued mutation's id (ACCEPTED only).
-	MutationId    string `protobuf:"bytes,5,opt,name=mutation_id,json=mutationId,proto3" json:"mutation_id,omitempty"`
+	MutationId string `protobuf:"bytes,5,opt,name=mutation_id,json=mutationId,proto3" json:"mutation_id,omitempty"`
+	// The document as written, for an APPLIED put or merge that asked for it
+	// (return_document). Absent when the operation was a retry answered from
+	// the record's remembered idempotency keys (nothing was written this
+	// time): read the record then.
+	Document      *Document `protobuf:"bytes,6,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1149,6 +1180,13 @@ func (x *WriteResult) GetMutationId() string {
 		return x.MutationId
 	}
 	return ""
+}
+
+func (x *WriteResult) GetDocument() *Document {
+	if x != nil {
+		return x.Document
+	}
+	return nil
 }
 
 type DeleteRequest struct {
@@ -1431,27 +1469,30 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x0eWriteOperation\x12)\n" +
 	"\x03put\x18\x01 \x01(\v2\x15.sink.v1.PutOperationH\x00R\x03put\x12/\n" +
 	"\x05merge\x18\x02 \x01(\v2\x17.sink.v1.MergeOperationH\x00R\x05mergeB\x06\n" +
-	"\x04kind\"\xeb\x01\n" +
+	"\x04kind\"\x94\x02\n" +
 	"\fPutOperation\x120\n" +
 	"\aaddress\x18\x01 \x01(\v2\x16.sink.v1.RecordAddressR\aaddress\x12-\n" +
 	"\bdocument\x18\x02 \x01(\v2\x11.sink.v1.DocumentR\bdocument\x12$\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x10.sink.v1.PutModeR\x04mode\x12+\n" +
 	"\x11expected_revision\x18\x04 \x01(\fR\x10expectedRevision\x12'\n" +
-	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\"\xb0\x01\n" +
+	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12'\n" +
+	"\x0freturn_document\x18\x06 \x01(\bR\x0ereturnDocument\"\xd9\x01\n" +
 	"\x0eMergeOperation\x120\n" +
 	"\aaddress\x18\x01 \x01(\v2\x16.sink.v1.RecordAddressR\aaddress\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12)\n" +
 	"\x06intent\x18\x03 \x01(\v2\x11.sink.v1.DocumentR\x06intent\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"?\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12'\n" +
+	"\x0freturn_document\x18\x05 \x01(\bR\x0ereturnDocument\"?\n" +
 	"\rWriteResponse\x12.\n" +
-	"\aresults\x18\x01 \x03(\v2\x14.sink.v1.WriteResultR\aresults\"\xc1\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.sink.v1.WriteResultR\aresults\"\xf0\x01\n" +
 	"\vWriteResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x120\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x18.sink.v1.OperationStatusR\x06status\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\fR\brevision\x12-\n" +
 	"\x05error\x18\x04 \x01(\v2\x17.sink.v1.OperationErrorR\x05error\x12\x1f\n" +
 	"\vmutation_id\x18\x05 \x01(\tR\n" +
-	"mutationId\"\x82\x01\n" +
+	"mutationId\x12-\n" +
+	"\bdocument\x18\x06 \x01(\v2\x11.sink.v1.DocumentR\bdocument\"\x82\x01\n" +
 	"\rDeleteRequest\x128\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2\x18.sink.v1.DeleteOperationR\n" +
@@ -1549,23 +1590,24 @@ var file_sink_v1_sink_proto_depIdxs = []int32{
 	16, // 16: sink.v1.WriteResponse.results:type_name -> sink.v1.WriteResult
 	2,  // 17: sink.v1.WriteResult.status:type_name -> sink.v1.OperationStatus
 	6,  // 18: sink.v1.WriteResult.error:type_name -> sink.v1.OperationError
-	18, // 19: sink.v1.DeleteRequest.operations:type_name -> sink.v1.DeleteOperation
-	0,  // 20: sink.v1.DeleteRequest.completion:type_name -> sink.v1.CompletionMode
-	3,  // 21: sink.v1.DeleteOperation.address:type_name -> sink.v1.RecordAddress
-	20, // 22: sink.v1.DeleteResponse.results:type_name -> sink.v1.DeleteResult
-	2,  // 23: sink.v1.DeleteResult.status:type_name -> sink.v1.OperationStatus
-	6,  // 24: sink.v1.DeleteResult.error:type_name -> sink.v1.OperationError
-	7,  // 25: sink.v1.Sink.Read:input_type -> sink.v1.ReadRequest
-	11, // 26: sink.v1.Sink.Write:input_type -> sink.v1.WriteRequest
-	17, // 27: sink.v1.Sink.Delete:input_type -> sink.v1.DeleteRequest
-	9,  // 28: sink.v1.Sink.Read:output_type -> sink.v1.ReadResponse
-	15, // 29: sink.v1.Sink.Write:output_type -> sink.v1.WriteResponse
-	19, // 30: sink.v1.Sink.Delete:output_type -> sink.v1.DeleteResponse
-	28, // [28:31] is the sub-list for method output_type
-	25, // [25:28] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	5,  // 19: sink.v1.WriteResult.document:type_name -> sink.v1.Document
+	18, // 20: sink.v1.DeleteRequest.operations:type_name -> sink.v1.DeleteOperation
+	0,  // 21: sink.v1.DeleteRequest.completion:type_name -> sink.v1.CompletionMode
+	3,  // 22: sink.v1.DeleteOperation.address:type_name -> sink.v1.RecordAddress
+	20, // 23: sink.v1.DeleteResponse.results:type_name -> sink.v1.DeleteResult
+	2,  // 24: sink.v1.DeleteResult.status:type_name -> sink.v1.OperationStatus
+	6,  // 25: sink.v1.DeleteResult.error:type_name -> sink.v1.OperationError
+	7,  // 26: sink.v1.Sink.Read:input_type -> sink.v1.ReadRequest
+	11, // 27: sink.v1.Sink.Write:input_type -> sink.v1.WriteRequest
+	17, // 28: sink.v1.Sink.Delete:input_type -> sink.v1.DeleteRequest
+	9,  // 29: sink.v1.Sink.Read:output_type -> sink.v1.ReadResponse
+	15, // 30: sink.v1.Sink.Write:output_type -> sink.v1.WriteResponse
+	19, // 31: sink.v1.Sink.Delete:output_type -> sink.v1.DeleteResponse
+	29, // [29:32] is the sub-list for method output_type
+	26, // [26:29] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_sink_v1_sink_proto_init() }
