@@ -15,8 +15,11 @@ import (
 
 // bootstrapLineBudget bounds bootstrap's production lines: it composes
 // modules of plain constructors, and code that grows it past the budget
-// belongs in an adapter, the environment layer or the command line.
-const bootstrapLineBudget = 900
+// belongs in an adapter, the environment layer or the command line. (Raised
+// from 900 when bootstrap got the in-process assembly of the public test
+// kit, StartInProcess, and the PostgreSQL storage module: composition, as
+// the rest.)
+const bootstrapLineBudget = 1050
 
 // bootstrapForbidden are imports that mean bootstrap does work of its own
 // instead of composing: listeners and HTTP handlers (adapters/sinkgrpc,

@@ -59,11 +59,11 @@ func TestRenderTable(t *testing.T) {
 	out := renderTable([]trialResult{
 		{fault: "db-pause", trial: 1, counts: counts{Accepted: 10, Applied: 10}, retryable: 2, recovery: 3 * time.Second},
 		{fault: "worker-sigkill", trial: 1, counts: counts{Accepted: 10, Applied: 10, Twice: 4}, recovery: time.Second},
-		{fault: "worker-sigkill", trial: 2, counts: counts{Accepted: 10, Applied: 9, Lost: 1}, recovery: 5 * time.Second},
+		{fault: "worker-sigkill", trial: 2, counts: counts{Accepted: 10, Applied: 9, Lost: 1, DeadApplied: 2}, recovery: 5 * time.Second},
 	}, "test db", false, time.Minute)
 	for _, want := range []string{
-		"| worker-sigkill | 2 | 20 | 19 | 1 (0) | 4 | 0 | 5s / 5s | 0 | 0 |",
-		"| db-pause | 1 | 10 | 10 | 0 (0) | 0 | 0 | 3s / 3s | 2 | 0 |",
+		"| worker-sigkill | 2 | 20 | 19 | 1 (0) | 4 | 0 | 2 | 5s / 5s | 0 | 0 |",
+		"| db-pause | 1 | 10 | 10 | 0 (0) | 0 | 0 | 0 | 3s / 3s | 2 | 0 |",
 		"database: test db",
 	} {
 		if !strings.Contains(out, want) {
