@@ -13,16 +13,22 @@ import (
 
 var shardSeed = maphash.MakeSeed()
 
-// shardOf returns the shard (of n) of the records a caller's n ops
-// address, id(k) naming op k's record, or -1 when they span several
-// shards.
-func shardOf(n, ops int, id func(k int) domain.RecordID) int {
-	if n == 1 {
+// shardOf returns the combiner shard that every one of ops operations
+// falls in (at returns the store and record of operation k), or -1 when
+// they fall in several. Each store has its own group of Config.Batch.Shards
+// shards, so that batches never mix stores.
+func (s *Service) shardOf(ops int, at func(k int) (string, domain.RecordID)) int {
+	if len(s.writes) == 1 {
 		return 0
 	}
+	per := uint64(s.cfg.Batch.Shards)
 	shard := -1
 	for k := 0; k < ops; k++ {
-		h := int(maphash.String(shardSeed, string(id(k))) % uint64(n))
+		store, id := at(k)
+		h := s.shardGroup(store)
+		if per > 1 {
+			h += int(maphash.String(shardSeed, string(id)) % per)
+		}
 		switch {
 		case shard < 0:
 			shard = h

@@ -65,7 +65,7 @@ func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []i
 	j := &job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, ids: ids, blockOnFailure: blockOnFailure, queued: blockOnFailure}
 	shard := -1
 	if s.writes != nil {
-		shard = shardOf(len(s.writes), len(valid), func(k int) domain.RecordID { return ids[valid[k]] })
+		shard = s.shardOf(len(valid), func(k int) (string, domain.RecordID) { return work[valid[k]].Address.Store, ids[valid[k]] })
 	}
 	if shard < 0 {
 		s.applyJobs(ctx, []*job{j}, nil)
@@ -107,11 +107,11 @@ func (s *Service) keepsHints() bool {
 	return !ok || r.ReadsBackWrites()
 }
 
-// dropHint forgets the hint of a record written outside its shard's
-// batches.
-func (s *Service) dropHint(id domain.RecordID) {
+// dropHint forgets the hint of a record (of store) written outside its
+// shard's batches.
+func (s *Service) dropHint(store string, id domain.RecordID) {
 	if s.writes != nil {
-		s.writes[shardOf(len(s.writes), 1, func(int) domain.RecordID { return id })].hints.drop(id)
+		s.writes[s.shardOf(1, func(int) (string, domain.RecordID) { return store, id })].hints.drop(id)
 	}
 }
 
@@ -390,7 +390,7 @@ func (s *Service) settleWrites(got []ports.WriteResult, ops []ports.WriteOp, own
 			rid := rids[k]
 			switch {
 			case h == nil:
-				s.dropHint(rid)
+				s.dropHint(ops[k].Address.Store, rid)
 			case r.Err == nil && ops[k].Kind == ports.WritePut:
 				b := bases[k]
 				if !r.Existed && (written == nil || written[k] == nil) { // a put that created the record: its mark was empty
@@ -737,7 +737,7 @@ func (s *Service) mergeOne(it item, cur *domain.Document) (domain.Document, *dom
 		return domain.Document{}, invalid(ref, fieldAddress, "the record holds a document of content type %q, which merge profile %q cannot merge into (it accepts %s)",
 			cur.ContentType, p.Name(), strings.Join(p.ContentTypes(), ", "))
 	}
-	doc, err := s.runProfile(it.j.ctx, ref, p, ports.MergeInput{Address: m.Address, Current: cur, Intent: m.Merge.Intent, Accept: s.storage.ContentTypes()})
+	doc, err := s.runProfile(it.j.ctx, ref, p, ports.MergeInput{Address: m.Address, Current: cur, Intent: m.Merge.Intent, Accept: s.storageContentTypes(m.Address)})
 	if err != nil {
 		return domain.Document{}, err
 	}

@@ -20,7 +20,7 @@ type readJob struct {
 func (s *Service) readStorage(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
 	shard := -1
 	if s.reads != nil {
-		shard = shardOf(len(s.reads), len(addrs), func(k int) domain.RecordID { return addrs[k].ID() })
+		shard = s.shardOf(len(addrs), func(k int) (string, domain.RecordID) { return addrs[k].Store, addrs[k].ID() })
 	}
 	if shard < 0 {
 		return s.storageRead(ctx, addrs)

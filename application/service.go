@@ -42,6 +42,10 @@ type Service struct {
 	// it is off.
 	writes []*combiner[*job]
 	reads  []*combiner[*readJob]
+	// extraStores: see WithStores; stores, when set, is storage itself
+	// (one adapter per served store).
+	extraStores map[string]ports.Storage
+	stores      *storeSet
 }
 
 // Option customizes a Service.
@@ -104,9 +108,17 @@ func NewService(cfg Config, storage ports.Storage, profiles []ports.MergeProfile
 	for _, o := range opts {
 		o(s)
 	}
+	if len(s.extraStores) > 0 {
+		ss, err := newStoreSet(cfg.Store, storage, s.extraStores)
+		if err != nil {
+			return nil, fmt.Errorf("cannot create the application service: %w", err)
+		}
+		s.stores, s.storage = ss, ss
+	}
 	if cfg.Batch.Enabled {
-		s.writes = make([]*combiner[*job], cfg.Batch.Shards)
-		s.reads = make([]*combiner[*readJob], cfg.Batch.Shards)
+		n := cfg.Batch.Shards * len(s.Stores())
+		s.writes = make([]*combiner[*job], n)
+		s.reads = make([]*combiner[*readJob], n)
 		for k := range s.writes {
 			w := &combiner[*job]{max: cfg.Batch.MaxOps, size: func(j *job) int { return len(j.valid) }, run: s.runWrites}
 			if s.keepsHints() {
@@ -188,7 +200,7 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 			continue
 		}
 		if err := s.storage.Validate(ports.WriteOp{Kind: ports.WriteDelete, Address: a}); err != nil {
-			results[i] = ReadResult{Status: StatusFailed, Err: s.storageRejected(ref, err)}
+			results[i] = ReadResult{Status: StatusFailed, Err: s.storageRejected(ref, a.Store, err)}
 			continue
 		}
 		v.admitted[i] = true

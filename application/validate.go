@@ -11,9 +11,14 @@ import (
 
 // normalizeAddress fills in the served store and checks every address field.
 func (s *Service) normalizeAddress(ref opRef, a *domain.Address) *domain.Error {
-	if a.Store == "" {
+	switch {
+	case a.Store == "":
 		a.Store = s.cfg.Store
-	} else if a.Store != s.cfg.Store {
+	case s.stores != nil:
+		if _, ok := s.stores.byName[a.Store]; !ok {
+			return invalid(ref, "address.store", "store %s is not served by this Sink; it serves %s (an empty store means %q)", s.quoteName(a.Store), s.stores.quoted(), s.cfg.Store)
+		}
+	case a.Store != s.cfg.Store:
 		return invalid(ref, "address.store", "store %s is not served by this Sink; it serves %q", s.quoteName(a.Store), s.cfg.Store)
 	}
 	if err := s.checkName(ref, "address.namespace", a.Namespace); err != nil {
@@ -172,14 +177,15 @@ func (s *Service) checkMutation(ref opRef, m *domain.Mutation) *domain.Error {
 		return invalid(ref, "kind", "unknown operation kind %d", m.Kind)
 	}
 	if err := s.storage.Validate(op); err != nil {
-		return s.storageRejected(ref, err)
+		return s.storageRejected(ref, op.Address.Store, err)
 	}
 	return nil
 }
 
-// storageRejected names the operation in an error of storage.Validate.
-func (s *Service) storageRejected(ref opRef, err error) *domain.Error {
-	return opError(ref, "store "+strconv.Quote(s.cfg.Store), err)
+// storageRejected names the operation in an error of storage.Validate
+// (of store's adapter).
+func (s *Service) storageRejected(ref opRef, store string, err error) *domain.Error {
+	return opError(ref, "store "+strconv.Quote(store), err)
 }
 
 // accepts reports whether the profile declares the media type of
