@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -176,8 +177,13 @@ func errorText(err error, secrets []string) string {
 	return scrub(err.Error(), secrets)
 }
 
-// scrub removes every secret from msg and makes it valid UTF-8.
+// connectTarget is the user and database pgx's connect errors name.
+var connectTarget = regexp.MustCompile("failed to connect to `[^`]*`")
+
+// scrub removes every secret from msg, and the user name pgx's connect
+// errors show, and makes it valid UTF-8.
 func scrub(msg string, secrets []string) string {
+	msg = connectTarget.ReplaceAllString(msg, "failed to connect")
 	for _, s := range secrets {
 		if s != "" {
 			msg = strings.ReplaceAll(msg, s, "xxxxx")
