@@ -404,3 +404,27 @@ func startOnLongLivedThread(cmd *exec.Cmd) error {
 	spawner.reqs <- spawnReq{cmd: cmd, done: done}
 	return <-done
 }
+
+// PSQL runs sql with psql (as another program writing the database would)
+// on the database of url and returns its output (unaligned, tuples only).
+// It fails the test when psql is missing or the SQL fails.
+func PSQL(t testing.TB, dbURL, sql string) string {
+	t.Helper()
+	bin, err := exec.LookPath("psql")
+	if err != nil {
+		d, ok := binDir()
+		if !ok || !isFile(filepath.Join(d, "psql")) {
+			t.Fatalf("pgtest: no psql: %s", InstallHint)
+		}
+		bin = filepath.Join(d, "psql")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", dbURL, "-c", sql)
+	cmd.Env = append(os.Environ(), "PGCONNECT_TIMEOUT=10")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("psql %q: %v: %s", sql, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
