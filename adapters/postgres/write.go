@@ -67,9 +67,17 @@ func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteRes
 		fail(s.classify(ctx, err, phaseRolledBack))
 		return out
 	}
+	direct := s.direct(ops, valid, groups)
 	var lastErr error
 	for attempt := 0; attempt < s.maxAttempts; attempt++ {
-		res, ph, err := s.writeOnce(ctx, ops, valid, groups, opGroup, opKey)
+		var res []ports.WriteResult
+		var ph phase
+		var err error
+		if direct {
+			res, ph, err = s.writeDirect(ctx, ops, valid, groups, opGroup, opKey)
+		} else {
+			res, ph, err = s.writeOnce(ctx, ops, valid, groups, opGroup, opKey)
+		}
 		if err == nil {
 			for j, i := range valid {
 				out[i] = res[j]
