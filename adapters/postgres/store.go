@@ -639,7 +639,8 @@ func (s *Store) existing(ctx context.Context, groups []*group) ([]bool, error) {
 
 // ensure makes sure the groups' tables exist: Sink's tables are created
 // (CREATE SCHEMA/TABLE IF NOT EXISTS; two servers creating one at once can
-// still collide in the catalog, 23505/42P06/42P07, which is retried); bound
+// still collide in the catalog, 23505/42P06/42P07/42710, which is
+// retried); bound
 // tables must exist and are checked.
 func (s *Store) ensure(ctx context.Context, groups []*group) error {
 	exists, err := s.existing(ctx, groups)
@@ -680,7 +681,7 @@ func (s *Store) create(ctx context.Context, t target) error {
 			}
 		}
 		switch sqlState(err) {
-		case "23505", "42P06", "42P07":
+		case "23505", "42P06", "42P07", "42710":
 			continue // another server created it at the same time
 		}
 		return err
