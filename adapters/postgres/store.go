@@ -348,6 +348,9 @@ type row struct {
 	mark domain.AppliedMark
 	// meta of a bound row (its hash and token), for writes.
 	meta meta
+	// handedOut: a read result holds doc's bytes (scanned for this row
+	// alone); another result for the same record gets a copy.
+	handedOut bool
 }
 
 // scanRows reads the rows of selectSQL into found (by keyID).
@@ -441,6 +444,7 @@ func orEmpty(b []byte) []byte {
 type group struct {
 	t    target
 	idx  []int    // the call's operations/addresses
+	idOf []string // the keyID of each of idx
 	keys []any    // distinct key arguments, in first-seen order
 	ids  []string // their keyIDs
 }
@@ -472,7 +476,9 @@ func (s *Store) groupBy(n int, addr func(int) domain.Address, bad func(i int, er
 			seen[tk] = map[string]bool{}
 		}
 		g.idx = append(g.idx, i)
-		if id := keyID(k); !seen[tk][id] {
+		id := keyID(k)
+		g.idOf = append(g.idOf, id)
+		if !seen[tk][id] {
 			seen[tk][id] = true
 			g.keys = append(g.keys, k)
 			g.ids = append(g.ids, id)
@@ -554,14 +560,18 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			return out
 		}
 		for gi, g := range groups {
-			for _, i := range g.idx {
-				k, _ := s.keyArg(g.t, addrs[i].Key)
-				r, ok := found[gi][keyID(k)]
+			for x, i := range g.idx {
+				r, ok := found[gi][g.idOf[x]]
 				if !ok {
 					continue
 				}
 				rec := domain.Record{Document: r.doc, Revision: r.rev, Mark: r.mark}
-				rec.Document.Data = slices.Clone(r.doc.Data)
+				if r.handedOut {
+					// The same record asked for again: a copy of its own.
+					rec.Document.Data = slices.Clone(r.doc.Data)
+					rec.Mark.Recent = slices.Clone(r.mark.Recent)
+				}
+				r.handedOut = true
 				out[i] = ports.ReadResult{Found: true, Record: rec}
 			}
 		}

@@ -52,10 +52,9 @@ func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteRes
 	opGroup := make([]int, len(valid))
 	opKey := make([]string, len(valid))
 	for gi, g := range groups {
-		for _, j := range g.idx {
+		for x, j := range g.idx {
 			opGroup[j] = gi
-			k, _ := s.keyArg(g.t, ops[valid[j]].Address.Key)
-			opKey[j] = keyID(k)
+			opKey[j] = g.idOf[x]
 		}
 	}
 	fail := func(e *domain.Error) {
