@@ -192,6 +192,17 @@ func scrub(msg string, secrets []string) string {
 	return strings.ToValidUTF8(msg, "\uFFFD")
 }
 
+// connectionLost reports an error of a connection the server closed or
+// that broke (not of a statement): class 08, 57P01-57P03, a connection
+// error before anything was sent, or a closed socket.
+func connectionLost(err error) bool {
+	if c := sqlState(err); c != "" {
+		return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03"
+	}
+	var ne net.Error
+	return pgconn.SafeToRetry(err) || errors.As(err, &ne) || isConnLoss(err)
+}
+
 // sqlState returns the SQLSTATE of a server error ("" for others).
 func sqlState(err error) string {
 	var pe *pgconn.PgError

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
@@ -144,7 +145,7 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 	if err != nil {
 		// One implicit transaction: a server error rolled everything back;
 		// a lost connection may have come after the commit.
-		if sqlState(err) != "" {
+		if sqlState(err) != "" || pgconn.SafeToRetry(err) {
 			return nil, phaseRolledBack, err
 		}
 		return nil, phaseCommit, err

@@ -321,7 +321,7 @@ func keyArray(t target, args []any) any {
 func selectSQL(t target, forUpdate bool) string {
 	var q string
 	if b := t.legacy; b == nil {
-		q = "SELECT k, content_type, doc, rev, mark FROM " + t.ident() + " WHERE k = ANY($1) ORDER BY k"
+		q = "SELECT k, content_type, doc, rev, mark FROM " + t.ident() + " WHERE k = ANY($1)"
 	} else {
 		kc, dc, mc := pgx.Identifier{b.KeyColumn}.Sanitize(), pgx.Identifier{b.DocumentColumn}.Sanitize(), pgx.Identifier{b.MetaColumn}.Sanitize()
 		key := kc
@@ -333,9 +333,16 @@ func selectSQL(t target, forUpdate bool) string {
 			doc = dc
 		}
 		cast := "::" + b.KeyType + "[]"
-		q = "SELECT " + key + ", NULL::text, " + doc + ", " + mc + ", NULL::bytea FROM " + t.ident() + " WHERE " + kc + " = ANY($1" + cast + ") ORDER BY " + kc
+		q = "SELECT " + key + ", NULL::text, " + doc + ", " + mc + ", NULL::bytea FROM " + t.ident() + " WHERE " + kc + " = ANY($1" + cast + ")"
+		if forUpdate {
+			q += " ORDER BY " + kc
+		}
 	}
 	if forUpdate {
+		// Key order: concurrent calls lock rows in the same order.
+		if t.legacy == nil {
+			q += " ORDER BY k"
+		}
 		q += " FOR UPDATE"
 	}
 	return q
@@ -356,36 +363,37 @@ type row struct {
 // scanRows reads the rows of selectSQL into found (by keyID).
 func scanRows(t target, rows pgx.Rows, found map[string]*row) error {
 	defer rows.Close()
-	for rows.Next() {
-		var (
-			kb   []byte
-			ki   int64
-			ks   string
-			ct   *string
-			doc  []byte
-			dtxt string
-			rev  []byte
-			mark []byte
-		)
-		var dest []any
-		b := t.legacy
-		switch {
-		case b == nil:
-			dest = []any{&kb, &ct, &doc, &rev, &mark}
-		default:
-			var kd any = &kb
-			switch b.KeyType {
-			case KeyTypeBigint:
-				kd = &ki
-			case KeyTypeText, KeyTypeUUID:
-				kd = &ks
-			}
-			var dd any = &doc
-			if b.DocumentType != DocTypeBytea {
-				dd = &dtxt
-			}
-			dest = []any{kd, &ct, dd, &rev, &mark}
+	// One set of destinations for every row: each Scan assigns freshly
+	// allocated values to them.
+	var (
+		kb   []byte
+		ki   int64
+		ks   string
+		ct   *string
+		doc  []byte
+		dtxt string
+		rev  []byte
+		mark []byte
+	)
+	var dest []any
+	b := t.legacy
+	if b == nil {
+		dest = []any{&kb, &ct, &doc, &rev, &mark}
+	} else {
+		var kd any = &kb
+		switch b.KeyType {
+		case KeyTypeBigint:
+			kd = &ki
+		case KeyTypeText, KeyTypeUUID:
+			kd = &ks
 		}
+		var dd any = &doc
+		if b.DocumentType != DocTypeBytea {
+			dd = &dtxt
+		}
+		dest = []any{kd, &ct, dd, &rev, &mark}
+	}
+	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
@@ -516,6 +524,9 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 	}
 	for attempt := 0; ; attempt++ {
 		exists, err := s.existing(ctx, groups)
+		if err != nil && connectionLost(err) && attempt < 2 && ctx.Err() == nil {
+			continue
+		}
 		if err != nil {
 			fail(err)
 			return out
@@ -555,6 +566,9 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			if missingTable(err) && attempt == 0 {
 				s.forget(groups)
 				continue
+			}
+			if connectionLost(err) && attempt < 2 && ctx.Err() == nil {
+				continue // a read has no effect: another connection
 			}
 			fail(err)
 			return out

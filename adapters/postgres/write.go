@@ -92,6 +92,10 @@ func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteRes
 				backoff(ctx, attempt)
 				continue
 			}
+		case ph != phaseCommit && connectionLost(err) && attempt < 2 && ctx.Err() == nil:
+			// A pooled connection the server closed (a restart,
+			// pg_terminate_backend): nothing was committed; another one.
+			continue
 		case ph != phaseCommit && missingTable(err) && attempt == 0:
 			// Dropped under us: create it again.
 			s.forget(groups)
