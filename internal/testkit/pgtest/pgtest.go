@@ -27,6 +27,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"os/user"
 	"path/filepath"
 	"runtime"
@@ -114,14 +115,34 @@ func Shared(t testing.TB) *Server {
 
 // Main is for TestMain: it runs the tests, stops the shared server (if one
 // was started) and exits with the tests' code.
+// Ctrl-C (SIGINT) or SIGTERM also stops the server and removes its
+// directory before the test binary exits.
 func Main(m *testing.M) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig, ok := <-sigs
+		if !ok {
+			return
+		}
+		closeShared()
+		log.Printf("pgtest: %v: stopped the PostgreSQL server", sig)
+		os.Exit(1)
+	}()
 	code := m.Run()
+	signal.Stop(sigs)
+	close(sigs)
+	closeShared()
+	os.Exit(code)
+}
+
+func closeShared() {
 	shared.mu.Lock()
+	defer shared.mu.Unlock()
 	if shared.srv != nil {
 		shared.srv.Close()
+		shared.srv = nil
 	}
-	shared.mu.Unlock()
-	os.Exit(code)
 }
 
 var (
