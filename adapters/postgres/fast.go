@@ -22,9 +22,11 @@ import (
 //     DO UPDATE … RETURNING k, xmax <> 0 (the row existed);
 //   - creates: INSERT … ON CONFLICT DO NOTHING RETURNING k;
 //   - replaces and revision puts: UPDATE … FROM unnest(…) WHERE t.k = u.k
-//     [AND t.rev = u.cond], and for each key whether the row existed at the
-//     statement's start (NOT_FOUND or REVISION_MISMATCH when not updated);
-//   - deletes likewise with DELETE.
+//     [AND t.rev = u.cond] RETURNING k; deletes likewise with DELETE. A
+//     replace or conditional delete that changed nothing is NOT_FOUND; a
+//     revision-conditioned one that changed nothing takes one more query
+//     per table after the commit, SELECT k … WHERE k = ANY($1), to tell
+//     NOT_FOUND from REVISION_MISMATCH (the failure path only).
 //
 // All statements go in one round trip (one implicit transaction); a
 // deadlock with a concurrent call (40P01) makes the call start over.
@@ -120,12 +122,13 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 		}
 	}
 	var err error
+	var pending []int
 	if len(order) == 1 {
 		// One statement: a plain query, without a batch's extra work.
 		q := b.QueuedQueries[0]
 		var rows pgx.Rows
 		if rows, err = s.pool.Query(ctx, q.SQL, q.Arguments...); err == nil {
-			err = readDirect(rows, order[0], ops, valid, res)
+			pending, err = readDirect(rows, order[0], ops, valid, res, pending)
 		}
 	} else {
 		br := s.pool.SendBatch(ctx, b)
@@ -134,7 +137,7 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 			if rows, err = br.Query(); err != nil {
 				break
 			}
-			if err = readDirect(rows, st, ops, valid, res); err != nil {
+			if pending, err = readDirect(rows, st, ops, valid, res, pending); err != nil {
 				break
 			}
 		}
@@ -149,6 +152,12 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 			return nil, phaseRolledBack, err
 		}
 		return nil, phaseCommit, err
+	}
+	if len(pending) > 0 {
+		// Committed: only the answers of the failed conditions are missing.
+		if err := s.settlePending(ctx, ops, valid, groups, opGroup, opKey, pending, res); err != nil {
+			return nil, phaseCommit, err
+		}
 	}
 	return res, 0, nil
 }
@@ -168,9 +177,8 @@ func queueDirect(b *pgx.Batch, t target, st *directStmt, ops []ports.WriteOp, va
 		for x, r := range st.rows {
 			conds[x] = r.cond
 		}
-		b.Queue(`WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[]) AS u(k, cond)),
-d AS (DELETE FROM `+t.ident()+` t USING u WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k)
-SELECT u.k, d.k IS NOT NULL, EXISTS (SELECT 1 FROM `+t.ident()+` x WHERE x.k = u.k) FROM u LEFT JOIN d ON d.k = u.k`, keys, conds)
+		b.Queue(`DELETE FROM `+t.ident()+` t USING unnest($1::bytea[], $2::bytea[]) AS u(k, cond)
+WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, keys, conds)
 		return
 	}
 	cts := make([]string, n)
@@ -189,65 +197,88 @@ ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUD
 		b.Queue(`INSERT INTO `+t.ident()+` (k, content_type, doc, rev) SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[])
 ON CONFLICT (k) DO NOTHING RETURNING k, false`, keys, cts, docs, revs)
 	case dUpdate:
-		b.Queue(`WITH u AS (SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[]) AS u(k, ct, doc, rev, cond)),
-w AS (UPDATE `+t.ident()+` t SET content_type = u.ct, doc = u.doc, rev = u.rev FROM u WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k)
-SELECT u.k, w.k IS NOT NULL, EXISTS (SELECT 1 FROM `+t.ident()+` x WHERE x.k = u.k) FROM u LEFT JOIN w ON w.k = u.k`, keys, cts, docs, revs, conds)
+		b.Queue(`UPDATE `+t.ident()+` t SET content_type = u.ct, doc = u.doc, rev = u.rev
+FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[]) AS u(k, ct, doc, rev, cond)
+WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, keys, cts, docs, revs, conds)
 	}
 }
 
-// readDirect reads one statement's rows into the results.
-func readDirect(rows pgx.Rows, st *directStmt, ops []ports.WriteOp, valid []int, res []ports.WriteResult) error {
+// readDirect reads one statement's rows (the key and whether the row
+// existed, for each row written) into the results. A revision-conditioned
+// operation that changed nothing is returned in pending: whether its
+// record exists (NOT_FOUND or REVISION_MISMATCH) takes another look.
+func readDirect(rows pgx.Rows, st *directStmt, ops []ports.WriteOp, valid []int, res []ports.WriteResult, pending []int) ([]int, error) {
 	byKey := make(map[string]*directRow, len(st.rows))
 	for x := range st.rows {
 		byKey[string(st.rows[x].key)] = &st.rows[x]
 	}
 	done := make(map[string]bool, len(st.rows))
 	var k []byte
-	var ok, existed bool
-	dest := []any{&k, &ok}
-	if st.kind == dUpdate || st.kind == dDelete {
-		dest = append(dest, &existed)
-	}
+	var existed bool
 	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(&k, &existed); err != nil {
 			rows.Close()
-			return err
+			return pending, err
 		}
 		r := byKey[string(k)]
 		if r == nil {
 			continue
 		}
-		op := &ops[valid[r.j]]
-		switch st.kind {
-		case dUpsert:
-			res[r.j] = ports.WriteResult{Revision: r.rev, Existed: ok}
-		case dCreate:
-			res[r.j] = ports.WriteResult{Revision: r.rev}
-		case dUpdate, dDelete:
-			switch {
-			case ok && st.kind == dUpdate:
-				res[r.j] = ports.WriteResult{Revision: r.rev, Existed: true}
-			case ok:
-				res[r.j] = ports.WriteResult{Existed: true}
-			case !existed && op.Condition.Kind == ports.ConditionNone: // delete of an absent record
-				res[r.j] = ports.WriteResult{}
-			case !existed:
-				res[r.j] = ports.WriteResult{Err: unmet(op, false, "")}
-			default: // existed, not changed: the revision differed
-				res[r.j] = ports.WriteResult{Err: domain.Errorf(domain.CodeRevisionMismatch, "record %s does not have the expected revision %s", op.Address, op.Condition.Revision)}
-			}
-		}
+		res[r.j] = ports.WriteResult{Revision: r.rev, Existed: existed}
 		done[string(k)] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return pending, err
 	}
-	if st.kind == dCreate {
-		for _, r := range st.rows {
-			if !done[string(r.key)] {
-				op := &ops[valid[r.j]]
-				res[r.j] = ports.WriteResult{Err: domain.Errorf(domain.CodeAlreadyExists, "record %s already exists", op.Address)}
+	for _, r := range st.rows {
+		if done[string(r.key)] {
+			continue
+		}
+		op := &ops[valid[r.j]]
+		switch {
+		case st.kind == dCreate:
+			res[r.j] = ports.WriteResult{Err: domain.Errorf(domain.CodeAlreadyExists, "record %s already exists", op.Address)}
+		case op.Condition.Kind == ports.ConditionNone: // delete of an absent record
+			res[r.j] = ports.WriteResult{}
+		case op.Condition.Kind == ports.ConditionExists:
+			res[r.j] = ports.WriteResult{Err: unmet(op, false, "")}
+		default:
+			pending = append(pending, r.j)
+		}
+	}
+	return pending, nil
+}
+
+// settlePending answers the revision-conditioned operations that changed
+// nothing: NOT_FOUND when the record does not exist, else
+// REVISION_MISMATCH (one query per table).
+func (s *Store) settlePending(ctx context.Context, ops []ports.WriteOp, valid []int, groups []*group, opGroup []int, opKey []string, pending []int, res []ports.WriteResult) error {
+	byGroup := map[int][]int{}
+	for _, j := range pending {
+		byGroup[opGroup[j]] = append(byGroup[opGroup[j]], j)
+	}
+	for gi, js := range byGroup {
+		keys := make([][]byte, len(js))
+		for x, j := range js {
+			keys[x] = []byte(opKey[j])
+		}
+		rows, err := s.pool.Query(ctx, "SELECT k FROM "+groups[gi].t.ident()+" WHERE k = ANY($1)", keys)
+		if err != nil {
+			return err
+		}
+		present := map[string]bool{}
+		var k []byte
+		_, err = pgx.ForEachRow(rows, []any{&k}, func() error { present[string(k)] = true; return nil })
+		if err != nil {
+			return err
+		}
+		for _, j := range js {
+			op := &ops[valid[j]]
+			if present[opKey[j]] {
+				res[j] = ports.WriteResult{Err: domain.Errorf(domain.CodeRevisionMismatch, "record %s does not have the expected revision %s", op.Address, op.Condition.Revision)}
+			} else {
+				res[j] = ports.WriteResult{Err: unmet(op, false, "")}
 			}
 		}
 	}
@@ -259,8 +290,7 @@ func readDirect(rows pgx.Rows, st *directStmt, ops []ports.WriteOp, valid []int,
 func queueDirectOne(b *pgx.Batch, t target, st *directStmt, ops []ports.WriteOp, valid []int) {
 	r := st.rows[0]
 	if st.kind == dDelete {
-		b.Queue(`WITH d AS (DELETE FROM `+t.ident()+` WHERE k = $1 AND ($2::bytea IS NULL OR rev = $2) RETURNING 1)
-SELECT $1::bytea, EXISTS (SELECT 1 FROM d), EXISTS (SELECT 1 FROM `+t.ident()+` WHERE k = $1)`, r.key, r.cond)
+		b.Queue(`DELETE FROM `+t.ident()+` WHERE k = $1 AND ($2::bytea IS NULL OR rev = $2) RETURNING k, true`, r.key, r.cond)
 		return
 	}
 	d := ops[valid[r.j]].Document
@@ -273,8 +303,7 @@ ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUD
 		b.Queue(`INSERT INTO `+t.ident()+` (k, content_type, doc, rev) VALUES ($1, $2, $3, $4) ON CONFLICT (k) DO NOTHING RETURNING k, false`,
 			r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev))
 	case dUpdate:
-		b.Queue(`WITH w AS (UPDATE `+t.ident()+` SET content_type = $2, doc = $3, rev = $4 WHERE k = $1 AND ($5::bytea IS NULL OR rev = $5) RETURNING 1)
-SELECT $1::bytea, EXISTS (SELECT 1 FROM w), EXISTS (SELECT 1 FROM `+t.ident()+` WHERE k = $1)`,
+		b.Queue(`UPDATE `+t.ident()+` SET content_type = $2, doc = $3, rev = $4 WHERE k = $1 AND ($5::bytea IS NULL OR rev = $5) RETURNING k, true`,
 			r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev), r.cond)
 	}
 }
