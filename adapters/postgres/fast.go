@@ -73,7 +73,6 @@ type directRow struct {
 type directStmt struct {
 	kind directKind
 	rows []directRow
-	docs []domain.Document
 }
 
 // writeDirect runs the direct path once; it returns the results of the

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"github.com/sink-io/sink/domain"
@@ -148,14 +147,7 @@ func appendMark(b []byte, m domain.AppliedMark) []byte {
 	return b
 }
 
-func encodeMeta(rev domain.Revision, hash []byte, m domain.AppliedMark) []byte {
-	b := []byte{1}
-	b = appendBytes(b, string(rev))
-	b = appendBytes(b, string(hash))
-	return appendMark(b, m)
-}
-
-var errBadMeta = errors.New("Sink's metadata of the record does not decode")
+var errBadMeta = errors.New("the record's metadata (Sink's columns) does not decode")
 
 type reader struct {
 	b   []byte
@@ -251,10 +243,4 @@ func decodeMeta(b []byte) (meta, error) {
 func uuidText(b []byte) string {
 	h := hex.EncodeToString(b)
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// uuidBytes parses PostgreSQL's text form of a UUID.
-func uuidBytes(s string) ([]byte, bool) {
-	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
-	return b, err == nil && len(b) == 16
 }
