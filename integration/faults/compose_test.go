@@ -85,7 +85,7 @@ func TestComposeFile(t *testing.T) {
 
 	// Sink: known settings only, the same storage and log for both roles.
 	known := map[string]bool{}
-	cfgFiles, err := filepath.Glob(filepath.Join(root, "internal", "envconfig", "*.go"))
+	cfgFiles, err := filepath.Glob(filepath.Join(root, "bootstrap", "envconfig", "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
