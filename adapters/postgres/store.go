@@ -544,8 +544,13 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 		if len(queued) == 1 {
 			// One table: a plain query, without a batch's extra work.
 			g := groups[queued[0]]
+			q, arg := selectSQL(g.t, false), keyArray(g.t, g.keys)
+			if len(g.keys) == 1 && g.t.legacy == nil {
+				// One record: a scalar parameter, cheaper than an array.
+				q, arg = "SELECT k, content_type, doc, rev, mark FROM "+g.t.ident()+" WHERE k = $1", g.keys[0]
+			}
 			var rows pgx.Rows
-			if rows, err = s.pool.Query(ctx, selectSQL(g.t, false), keyArray(g.t, g.keys)); err == nil {
+			if rows, err = s.pool.Query(ctx, q, arg); err == nil {
 				err = scanRows(g.t, rows, found[queued[0]])
 			}
 		} else if len(queued) > 1 {
