@@ -78,3 +78,26 @@ func TestDatabaseName(t *testing.T) {
 		seen[n] = true
 	}
 }
+
+// SINK_TEST_POSTGRES_URL names a server to use instead of starting one:
+// here the shared server's own URL.
+func TestExistingServerFromEnvironment(t *testing.T) {
+	srv := Shared(t)
+	t.Setenv(EnvURL, srv.AdminURL())
+	ext, skip, err := start(context.Background())
+	if err != nil || skip || ext.cmd != nil {
+		t.Fatalf("start with %s set: skip=%v err=%v started=%v", EnvURL, skip, err, ext != nil && ext.cmd != nil)
+	}
+	db := ext.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatalf("database of the named server: %v", err)
+	}
+	defer c.Close(ctx)
+	ext.Close() // leaves a named server alone
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("Close stopped a server it did not start: %v", err)
+	}
+}
