@@ -355,13 +355,19 @@ type row struct {
 	mark domain.AppliedMark
 	// meta of a bound row (its hash and token), for writes.
 	meta meta
-	// handedOut: a read result holds doc's bytes (scanned for this row
-	// alone); another result for the same record gets a copy.
-	handedOut bool
 }
 
 // scanRows reads the rows of selectSQL into found (by keyID).
 func scanRows(t target, rows pgx.Rows, found map[string]*row) error {
+	return eachRow(t, rows, func(id []byte, r *row) {
+		c := *r
+		found[string(id)] = &c
+	})
+}
+
+// eachRow hands every row of selectSQL to emit with its keyID; r is reused
+// for the next row (the values it holds are not).
+func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 	defer rows.Close()
 	// One set of destinations for every row: each Scan assigns freshly
 	// allocated values to them.
@@ -393,14 +399,16 @@ func scanRows(t target, rows pgx.Rows, found map[string]*row) error {
 		}
 		dest = []any{kd, &ct, dd, &rev, &mark}
 	}
+	var r row
+	var idBuf []byte
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
-		r := &row{}
-		var id string
+		r = row{}
+		var id []byte
 		if b == nil {
-			id = string(kb)
+			id = kb
 			m, err := decodeMark(mark)
 			if err != nil {
 				return err
@@ -411,12 +419,13 @@ func scanRows(t target, rows pgx.Rows, found map[string]*row) error {
 		} else {
 			switch b.KeyType {
 			case KeyTypeBigint:
-				id = keyID(ki)
+				idBuf = append(idBuf[:0], keyID(ki)...)
 			case KeyTypeText, KeyTypeUUID:
-				id = ks
+				idBuf = append(idBuf[:0], ks...)
 			default:
-				id = string(kb)
+				idBuf = append(idBuf[:0], kb...)
 			}
+			id = idBuf
 			if b.DocumentType != DocTypeBytea {
 				doc = []byte(dtxt)
 			}
@@ -429,7 +438,7 @@ func scanRows(t target, rows pgx.Rows, found map[string]*row) error {
 			r.mark = m.mark
 			r.meta = m
 		}
-		found[id] = r
+		emit(id, &r)
 	}
 	return rows.Err()
 }
@@ -531,11 +540,22 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			fail(err)
 			return out
 		}
-		found := make([]map[string]*row, len(groups))
+		// Each record's first address gets the row; others copy it after.
+		first := make([]map[string]int, len(groups))
+		fill := func(gi int) func(id []byte, r *row) {
+			return func(id []byte, r *row) {
+				if i, ok := first[gi][string(id)]; ok {
+					out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: r.doc, Revision: r.rev, Mark: r.mark}}
+				}
+			}
+		}
 		b := &pgx.Batch{}
 		var queued []int
 		for gi, g := range groups {
-			found[gi] = map[string]*row{}
+			first[gi] = make(map[string]int, len(g.ids))
+			for x := len(g.idx) - 1; x >= 0; x-- {
+				first[gi][g.idOf[x]] = g.idx[x]
+			}
 			if exists[gi] {
 				b.Queue(selectSQL(g.t, false), keyArray(g.t, g.keys))
 				queued = append(queued, gi)
@@ -551,7 +571,7 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			}
 			var rows pgx.Rows
 			if rows, err = s.pool.Query(ctx, q, arg); err == nil {
-				err = scanRows(g.t, rows, found[queued[0]])
+				err = eachRow(g.t, rows, fill(queued[0]))
 			}
 		} else if len(queued) > 1 {
 			err = s.runBatch(ctx, b, func(br pgx.BatchResults) error {
@@ -560,7 +580,7 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 					if err != nil {
 						return err
 					}
-					if err := scanRows(groups[gi].t, rows, found[gi]); err != nil {
+					if err := eachRow(groups[gi].t, rows, fill(gi)); err != nil {
 						return err
 					}
 				}
@@ -568,6 +588,11 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			})
 		}
 		if err != nil {
+			for _, g := range groups {
+				for _, i := range g.idx {
+					out[i] = ports.ReadResult{}
+				}
+			}
 			if missingTable(err) && attempt == 0 {
 				s.forget(groups)
 				continue
@@ -580,17 +605,14 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 		}
 		for gi, g := range groups {
 			for x, i := range g.idx {
-				r, ok := found[gi][g.idOf[x]]
-				if !ok {
+				f := first[gi][g.idOf[x]]
+				if f == i || !out[f].Found {
 					continue
 				}
-				rec := domain.Record{Document: r.doc, Revision: r.rev, Mark: r.mark}
-				if r.handedOut {
-					// The same record asked for again: a copy of its own.
-					rec.Document.Data = slices.Clone(r.doc.Data)
-					rec.Mark.Recent = slices.Clone(r.mark.Recent)
-				}
-				r.handedOut = true
+				// The same record asked for again: a copy of its own.
+				rec := out[f].Record
+				rec.Document.Data = slices.Clone(rec.Document.Data)
+				rec.Mark.Recent = slices.Clone(rec.Mark.Recent)
 				out[i] = ports.ReadResult{Found: true, Record: rec}
 			}
 		}
