@@ -15,25 +15,28 @@
 //     column and one column Sink adds, sink_meta bytea (revision token,
 //     hash of the document, applied mark; see meta).
 //
-// Writes: one transaction per call at READ COMMITTED. The records' rows
-// are locked (SELECT … FOR UPDATE, in key order), the operations are
-// decided in slice order against them (applied marks, conditions), and the
-// final state of each changed record is written with the COMMIT in the
-// same round trip; a create that meets a row another transaction created
-// meanwhile (23505) or a deadlock makes the call start over. Reads: one
-// SELECT per table, all in one round trip.
+// Writes (READ COMMITTED): a call without applied marks that touches each
+// record of Sink's tables once takes the direct path (fast.go): one
+// statement per table and kind of operation, conditions in the statements,
+// each row's outcome from RETURNING, all in one round trip. Any other call
+// takes the locked path (write.go): one transaction whose records' rows
+// are locked (SELECT … FOR UPDATE, in key order), the operations decided in
+// slice order against them (applied marks, conditions), and the final state
+// of each changed record written with the COMMIT in the same round trip; a
+// create that meets a row another transaction created meanwhile (23505) or
+// a deadlock makes the call start over. Reads: one SELECT per table, all in
+// one round trip.
 package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
-
-	"encoding/json"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
