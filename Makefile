@@ -13,6 +13,8 @@ BUF := $(BIN)/buf-$(BUF_VERSION)/buf
 PROTOC_GEN_GO := $(BIN)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(BIN)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
 STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+# PG_CHECK succeeds when the PostgreSQL binaries the tests start are installed (internal/testkit/pgtest).
+PG_CHECK := { command -v initdb >/dev/null 2>&1 || [ -x "$$(pg_config --bindir 2>/dev/null)/initdb" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || [ -n "$$SINK_TEST_POSTGRES_URL" ]
 
 # Test timeout per package; the whole suite stays well under CI's limit.
 TEST_FLAGS ?= -count=1 -timeout 15m
@@ -56,6 +58,7 @@ run: build
 # The test FerretDB's own module (tools/ferretdb: its write gate) is tested
 # with the rest.
 test:
+	@$(PG_CHECK) || echo "PostgreSQL tests will skip: no initdb/postgres on PATH or in pg_config --bindir (apt-get install postgresql, or set SINK_TEST_POSTGRES_URL)"
 	$(GO) test $(TEST_FLAGS) ./...
 	cd tools/ferretdb && GOWORK=off $(GO) test $(TEST_FLAGS) ./...
 

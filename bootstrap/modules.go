@@ -58,11 +58,14 @@ func ConfigModule(cfg Config, log *slog.Logger) fx.Option {
 }
 
 // StorageModule provides the ports.Storage: MongoDB when SINK_MONGODB_URI is
-// set, otherwise the in-memory store (with a warning that nothing persists).
+// set, PostgreSQL when SINK_POSTGRES_URL is set (configuration refuses
+// both), otherwise the in-memory store (with a warning that nothing
+// persists).
 func StorageModule() fx.Option {
-	// One *mongo.Client per process (see mongodb.go), also provided as is.
+	// One *mongo.Client per process (see mongodb.go), also provided as is;
+	// one PostgreSQL pool per process (postgres.go).
 	return fx.Module("storage",
-		fx.Provide(newMongoConn, mongoClient, newStorage),
+		fx.Provide(newMongoConn, mongoClient, newPgConn, newStorage),
 	)
 }
 

@@ -43,11 +43,15 @@ func mongoClient(c *mongoConn) (*mongo.Client, error) {
 	return c.conn.Client(), nil
 }
 
-// newStorage returns the MongoDB store over the shared client, or the
-// in-memory store (with a warning) when no database is configured.
-func newStorage(cfg Config, log *slog.Logger, c *mongoConn, tp trace.TracerProvider) (ports.Storage, error) {
+// newStorage returns the MongoDB store over the shared client, the
+// PostgreSQL store over the shared pool (postgres.go), or the in-memory
+// store (with a warning) when no database is configured.
+func newStorage(cfg Config, log *slog.Logger, c *mongoConn, pg *pgConn, tp trace.TracerProvider) (ports.Storage, error) {
+	if pg != nil && pg.conn != nil {
+		return newPostgresStorage(cfg, log, pg, tp)
+	}
 	if c.conn == nil {
-		log.Warn("no database configured (SINK_MONGODB_URI is empty): serving from memory; data is NOT persisted and is lost when the process stops",
+		log.Warn("no database configured (SINK_MONGODB_URI and SINK_POSTGRES_URL are empty): serving from memory; data is NOT persisted and is lost when the process stops",
 			"store", cfg.Store)
 		return memory.New(memory.WithTracerProvider(tp)), nil
 	}

@@ -62,7 +62,10 @@ type Config struct {
 	IdempotencyRing int `env:"SINK_IDEMPOTENCY_RING" desc:"How many mutation ids (queued mutations' ids and clients' idempotency keys) each record remembers in its applied mark, 1 to 1024: the window within which a redelivered queued mutation or a client's retry with the same idempotency_key is recognised and not applied again. Storage reserves room for a full ring in each document's size limit (about 150 bytes per id)."`
 
 	MongoDB MongoDBConfig
-	Kafka   KafkaConfig
+	// PostgreSQL storage (postgres.go). Its variables are documented in
+	// docs/postgres.md (SectionTable), not in the README's table.
+	Postgres PostgresConfig `doc:"docs/postgres.md"`
+	Kafka    KafkaConfig
 	// Health checks and metrics (observability.go).
 	Observability ObservabilityConfig
 
@@ -143,6 +146,8 @@ func Defaults() Config {
 	c.Kafka.ApplyMaxAttempts = app.Apply.MaxAttempts
 	c.Kafka.ApplyMaxBackoff = app.Apply.MaxBackoff
 
+	c.Postgres = postgresDefaults()
+
 	mo := mongodb.DefaultOptions()
 	c.MongoDB.HiddenField, c.MongoDB.BulkChunk, c.MongoDB.BulkConcurrency = mo.HiddenField, mo.BulkChunk, mo.BulkConcurrency
 
@@ -188,6 +193,9 @@ func Load(environ map[string]string) (Config, error) {
 			}
 			problems = append(problems, e)
 		}
+	}
+	if environ["SINK_STORE"] == "" && cfg.Postgres.Store != "" {
+		cfg.Store = cfg.Postgres.Store // the store PostgreSQL serves names the process's store
 	}
 	if err := cfg.validate(unparsed); err != nil {
 		problems = append(problems, err)
@@ -274,6 +282,7 @@ func (c Config) validate(unparsed map[string]bool) error {
 			add("SINK_APPLY_MAX_BACKOFF (%s) must be at most SINK_KAFKA_REBALANCE_TIMEOUT/12 (%s): a worker gives a batch a third of the rebalance timeout, and several attempts must fit in it", k.ApplyMaxBackoff, k.BatchBudget()/4)
 		}
 	}
+	errs = append(errs, c.validatePostgres(unparsed)...)
 	errs = append(errs, c.adapterProblems(unparsed)...)
 	errs = append(errs, c.validateSecurity(unparsed))
 	errs = append(errs, c.validateObservability())
@@ -489,6 +498,7 @@ func (c Config) adapterProblems(unparsed map[string]bool) []error {
 		{"health monitor", c.Health().Validate(), healthNames},
 		{"metrics", c.Metrics().Validate(), metricsNames},
 		{"MongoDB store", c.mongoDBOptions().Validate(), mongoDBNames},
+		{"PostgreSQL store", c.postgresOptions().Validate(), postgresNames},
 		{"Kafka client", kafkaValues(c.KafkaClient()).Validate(), kafkaClientNames},
 		{"Kafka queue", c.Queue().Validate(), queueNames},
 		{"Kafka subscriber", c.Subscriber().Validate(), subscriberNames},
@@ -631,20 +641,32 @@ func typeName(t reflect.Type) string {
 }
 
 // ConfigTable renders the configuration reference as a Markdown table,
-// with the values of Defaults() as defaults.
-func ConfigTable() string {
+// with the values of Defaults() as defaults. Settings whose group has a
+// doc tag are documented in that file instead (SectionTable).
+func ConfigTable() string { return SectionTable("") }
+
+// SectionTable renders the table of the settings whose group's doc tag is
+// doc ("" is the README's table: the settings without one).
+func SectionTable(doc string) string {
 	var b strings.Builder
 	b.WriteString("| Variable | Default | Description |\n|---|---|---|\n")
-	var walk func(v reflect.Value)
-	walk = func(v reflect.Value) {
+	var walk func(v reflect.Value, in string)
+	walk = func(v reflect.Value, in string) {
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
 			name := f.Tag.Get("env")
 			if name == "" {
 				if f.Type.Kind() == reflect.Struct {
-					walk(v.Field(i))
+					sub := in
+					if d := f.Tag.Get("doc"); d != "" {
+						sub = d
+					}
+					walk(v.Field(i), sub)
 				}
+				continue
+			}
+			if in != doc {
 				continue
 			}
 			def := formatDefault(v.Field(i))
@@ -654,7 +676,7 @@ func ConfigTable() string {
 			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", name, def, strings.ReplaceAll(f.Tag.Get("desc"), "|", "\\|"))
 		}
 	}
-	walk(reflect.ValueOf(Defaults()))
+	walk(reflect.ValueOf(Defaults()), "")
 	return b.String()
 }
 
