@@ -65,7 +65,7 @@ func StorageModule() fx.Option {
 	// One *mongo.Client per process (see mongodb.go), also provided as is;
 	// one PostgreSQL pool per process (postgres.go).
 	return fx.Module("storage",
-		fx.Provide(newMongoConn, mongoClient, newPgConn, newStorage),
+		fx.Provide(newMongoConn, mongoClient, newPgConn, newStorages),
 	)
 }
 
@@ -82,6 +82,7 @@ type serviceParams struct {
 	Config   Config
 	Log      *slog.Logger
 	Storage  ports.Storage
+	Extra    ExtraStores          `optional:"true"` // the other stores served
 	Profiles []ports.MergeProfile `group:"merge_profiles"`
 	Queue    ports.MutationQueue  `optional:"true"`
 	Observer application.Observer `optional:"true"` // ObservabilityModule
@@ -103,6 +104,9 @@ func ApplicationModule() fx.Option {
 			}
 			if rl := p.Config.RateLimits(); rl.Enabled() {
 				opts = append(opts, application.WithAdmission(sinkgrpc.NewRateLimiter(p.Config.Store, rl)))
+			}
+			if len(p.Extra) > 0 {
+				opts = append(opts, application.WithStores(p.Extra))
 			}
 			return application.NewService(p.Config.Application(), p.Storage, p.Profiles, opts...)
 		}),

@@ -1,8 +1,12 @@
 package bootstrap
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.opentelemetry.io/otel/trace"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/adapters/mongodb"
+	"github.com/sink-io/sink/bootstrap/envconfig"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -43,18 +48,49 @@ func mongoClient(c *mongoConn) (*mongo.Client, error) {
 	return c.conn.Client(), nil
 }
 
-// newStorage returns the MongoDB store over the shared client, the
-// PostgreSQL store over the shared pool (postgres.go), or the in-memory
-// store (with a warning) when no database is configured.
-func newStorage(cfg Config, log *slog.Logger, c *mongoConn, pg *pgConn, tp trace.TracerProvider) (ports.Storage, error) {
-	if pg != nil && pg.conn != nil {
-		return newPostgresStorage(cfg, log, pg, tp)
+// ExtraStores are the storages of the stores a process serves besides the
+// default one (envconfig.Config.Stores), by store name; empty when it
+// serves one store.
+type ExtraStores map[string]ports.Storage
+
+// newStorages returns the storage of the default store and of every other
+// store the process serves: MongoDB over the shared client, PostgreSQL
+// over the shared pool (postgres.go), memory (with a warning when no
+// database is configured at all).
+func newStorages(cfg Config, log *slog.Logger, c *mongoConn, pg *pgConn, tp trace.TracerProvider) (ports.Storage, ExtraStores, error) {
+	var def ports.Storage
+	extra := ExtraStores{}
+	for _, b := range cfg.Stores() {
+		var st ports.Storage
+		var err error
+		switch b.Kind {
+		case envconfig.StoreMongoDB:
+			st, err = newMongoStorage(cfg, log, c, tp)
+		case envconfig.StorePostgres:
+			st, err = newPostgresStorage(cfg, log, pg, tp)
+		default:
+			if cfg.MemoryStore == "" {
+				log.Warn("no database configured (SINK_MONGODB_URI and SINK_POSTGRES_URL are empty): serving from memory; data is NOT persisted and is lost when the process stops",
+					"store", b.Name)
+			} else {
+				log.Info("serving from memory; data is NOT persisted", "store", b.Name)
+			}
+			st = memory.New(memory.WithTracerProvider(tp))
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if b.Name == cfg.Store {
+			def = st
+		} else {
+			extra[b.Name] = st
+		}
 	}
-	if c.conn == nil {
-		log.Warn("no database configured (SINK_MONGODB_URI and SINK_POSTGRES_URL are empty): serving from memory; data is NOT persisted and is lost when the process stops",
-			"store", cfg.Store)
-		return memory.New(memory.WithTracerProvider(tp)), nil
-	}
+	return def, extra, nil
+}
+
+// newMongoStorage returns the MongoDB store over the shared client.
+func newMongoStorage(cfg Config, log *slog.Logger, c *mongoConn, tp trace.TracerProvider) (ports.Storage, error) {
 	opts, err := cfg.MongoDBOptions()
 	if err != nil {
 		return nil, err
@@ -64,6 +100,17 @@ func newStorage(cfg Config, log *slog.Logger, c *mongoConn, pg *pgConn, tp trace
 	if err != nil {
 		return nil, err
 	}
-	log.Info("serving from MongoDB", "store", cfg.Store, "hosts", c.conn.Hosts(), "bindings", len(opts.Bindings), "hidden_field", s.HiddenField())
+	log.Info("serving from MongoDB", "store", opts.Store, "hosts", c.conn.Hosts(), "bindings", len(opts.Bindings), "hidden_field", s.HiddenField())
 	return s, nil
+}
+
+// Ping pings every store, naming the first that does not answer.
+func (e ExtraStores) Ping(ctx context.Context) error {
+	names := slices.Sorted(maps.Keys(e))
+	for _, n := range names {
+		if err := e[n].Ping(ctx); err != nil {
+			return fmt.Errorf("store %q: %w", n, err)
+		}
+	}
+	return nil
 }

@@ -147,7 +147,7 @@ func TestMongoPasswordsNeverLeak(t *testing.T) {
 				t.Fatalf("the driver took the URI for the app but not here: %v", cerr)
 			}
 			defer func() { _ = conn.Stop(context.Background()) }()
-			st, serr := newStorage(cfg, log, &mongoConn{conn: conn}, &pgConn{}, nil)
+			st, _, serr := newStorages(cfg, log, &mongoConn{conn: conn}, &pgConn{}, nil)
 			if serr != nil {
 				t.Fatal(serr)
 			}

@@ -117,6 +117,7 @@ func ObservabilityModule() fx.Option {
 				newOpsHTTP,
 			),
 			HealthCheck("storage", func(s ports.Storage) ports.HealthChecker { return ports.HealthCheckFunc(s.Ping) }),
+			HealthCheck("other stores", func(e ExtraStores) ports.HealthChecker { return ports.HealthCheckFunc(e.Ping) }),
 			// Opens on start, before the roles' listeners; stops after them.
 			fx.Invoke(func(lc fx.Lifecycle, s *HTTPEndpoint) {
 				if s != nil {

@@ -45,6 +45,6 @@ func newPostgresStorage(cfg Config, log *slog.Logger, c *pgConn, tp trace.Tracer
 	if err != nil {
 		return nil, err
 	}
-	log.Info("serving from PostgreSQL", "store", cfg.Store, "hosts", c.conn.Hosts(), "pool_size", c.conn.PoolSize(), "bindings", len(opts.Bindings))
+	log.Info("serving from PostgreSQL", "store", opts.Store, "hosts", c.conn.Hosts(), "pool_size", c.conn.PoolSize(), "bindings", len(opts.Bindings))
 	return s, nil
 }

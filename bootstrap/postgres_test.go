@@ -135,7 +135,7 @@ func TestPostgresPasswordsNeverLeak(t *testing.T) {
 				t.Fatalf("the URL was taken for the app but not here: %v", cerr)
 			}
 			defer func() { _ = conn.Stop(ctx) }()
-			s, serr := newStorage(cfg, log, &mongoConn{}, &pgConn{conn: conn}, nil)
+			s, _, serr := newStorages(cfg, log, &mongoConn{}, &pgConn{conn: conn}, nil)
 			if serr != nil {
 				t.Fatal(serr)
 			}
@@ -154,10 +154,16 @@ func TestPostgresPasswordsNeverLeak(t *testing.T) {
 	}
 }
 
-func TestPostgresAndMongoTogetherIsAConfigurationError(t *testing.T) {
+// PostgreSQL and MongoDB in one process serve two stores, so they need
+// two names.
+func TestPostgresAndMongoNeedStoresOfTheirOwn(t *testing.T) {
 	_, err := LoadConfig(testkit.Env("SINK_POSTGRES_URL", "postgres://127.0.0.1:1/x", "SINK_MONGODB_URI", "mongodb://127.0.0.1:1/"))
-	if err == nil || !strings.Contains(err.Error(), "SINK_POSTGRES_URL and SINK_MONGODB_URI are both set") {
-		t.Fatalf("both URLs: %v", err)
+	if err == nil || !strings.Contains(err.Error(), `SINK_STORE="primary": that store is served by mongodb already`) {
+		t.Fatalf("both URLs on one store: %v", err)
+	}
+	if _, err := LoadConfig(testkit.Env("SINK_POSTGRES_URL", "postgres://127.0.0.1:1/x", "SINK_MONGODB_URI", "mongodb://127.0.0.1:1/",
+		"SINK_POSTGRES_STORE", "pg")); err != nil {
+		t.Fatalf("both URLs with a store each: %v", err)
 	}
 }
 

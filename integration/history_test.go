@@ -21,6 +21,7 @@ import (
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/internal/testkit/mongotest"
+	"github.com/sink-io/sink/internal/testkit/pgtest"
 	"github.com/sink-io/sink/internal/testkit/sinktest"
 	"github.com/sink-io/sink/ports"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
@@ -493,6 +494,9 @@ func TestHistoryLinearizable(t *testing.T) {
 		{"mongodb-wire", func(t *testing.T) (map[string]string, ports.Storage, string) {
 			return mongotest.Shared(t).SinkEnv(), nil, mongotest.DatabaseName(t)
 		}, true},
+		{"postgresql", func(t *testing.T) (map[string]string, ports.Storage, string) {
+			return map[string]string{"SINK_POSTGRES_URL": pgtest.Shared(t).NewDatabase(t)}, nil, "hist"
+		}, false},
 	}
 	for _, s := range stores {
 		t.Run(s.name, func(t *testing.T) {

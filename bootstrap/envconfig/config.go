@@ -38,7 +38,8 @@ type Config struct {
 	Mode            string        `env:"SINK_MODE" envDefault:"server" desc:"Role of the process: server (gRPC API), worker (applies queued mutations), or all (both, sharing one storage and one Kafka client)."`
 	GRPCAddress     string        `env:"SINK_GRPC_ADDRESS" envDefault:":8080" desc:"Listen address of the gRPC API (server and all modes)."`
 	HTTPAddress     string        `env:"SINK_HTTP_ADDRESS" envDefault:":8081" desc:"Listen address of the HTTP operations endpoint in every mode: /livez (liveness), /readyz (readiness), /metrics (Prometheus), in worker and all modes /healthz, and with SINK_PROFILING /debug/pprof/. The value off disables it."`
-	Store           string        `env:"SINK_STORE" desc:"Name of the store this process serves. Requests naming another store get an error; an empty store in a request means this one."`
+	Store           string        `env:"SINK_STORE" desc:"Name of the default store: an empty store in a request means this one. A process serves one store per configured database (SINK_MONGODB_STORE, SINK_POSTGRES_STORE, SINK_MEMORY_STORE, each defaulting to this name); requests naming a store it does not serve get an error naming those it serves. Unset, and with one database naming its store, that store is the default."`
+	MemoryStore     string        `env:"SINK_MEMORY_STORE" desc:"Name of a store served from memory beside the databases (local use and tests; nothing is persisted). Empty: memory serves the default store only when no database is configured."`
 	ShutdownTimeout time.Duration `env:"SINK_SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"How long a graceful shutdown may drain in-flight work before it is cut short."`
 	LogFormat       string        `env:"SINK_LOG_FORMAT" envDefault:"json" desc:"Log format: json or text."`
 	LogLevel        string        `env:"SINK_LOG_LEVEL" envDefault:"info" desc:"Log level: debug, info, warn or error."`
@@ -80,7 +81,8 @@ type Config struct {
 // MongoDBConfig selects and configures the MongoDB storage adapter
 // (mongodb.Options; defaults mongodb.DefaultOptions()).
 type MongoDBConfig struct {
-	URI             string `env:"SINK_MONGODB_URI" desc:"MongoDB connection string. When empty, Sink serves from memory (nothing is persisted). Pool size, timeouts and TLS come from the URI options."`
+	URI             string `env:"SINK_MONGODB_URI" desc:"MongoDB connection string. When set, MongoDB serves SINK_MONGODB_STORE. Pool size, timeouts and TLS come from the URI options."`
+	Store           string `env:"SINK_MONGODB_STORE" desc:"Name of the store MongoDB serves. Empty: SINK_STORE."`
 	HiddenField     string `env:"SINK_MONGODB_HIDDEN_FIELD" desc:"Top-level field in which Sink keeps its per-record metadata (revision)."`
 	BulkChunk       int    `env:"SINK_MONGODB_BULK_CHUNK" desc:"Most unconditional puts and creates in one MongoDB bulk write, at most 100000 (MongoDB's own limit; FerretDB v1 needs 48 or less); chunks also stay under 32 MiB of documents."`
 	BulkConcurrency int    `env:"SINK_MONGODB_BULK_CONCURRENCY" desc:"Bulk writes of one storage call that run at once (FerretDB v1 needs 1)."`
@@ -194,9 +196,7 @@ func Load(environ map[string]string) (Config, error) {
 			problems = append(problems, e)
 		}
 	}
-	if environ["SINK_STORE"] == "" && cfg.Postgres.Store != "" {
-		cfg.Store = cfg.Postgres.Store // the store PostgreSQL serves names the process's store
-	}
+	cfg.defaultStore(environ)
 	if err := cfg.validate(unparsed); err != nil {
 		problems = append(problems, err)
 	}
@@ -283,6 +283,7 @@ func (c Config) validate(unparsed map[string]bool) error {
 		}
 	}
 	errs = append(errs, c.validatePostgres(unparsed)...)
+	errs = append(errs, c.validateStores()...)
 	errs = append(errs, c.adapterProblems(unparsed)...)
 	errs = append(errs, c.validateSecurity(unparsed))
 	errs = append(errs, c.validateObservability())
@@ -352,7 +353,7 @@ func (c Config) MongoDBOptions() (mongodb.Options, error) {
 
 func (c Config) mongoDBOptions() mongodb.Options {
 	o := mongodb.DefaultOptions()
-	o.Store = c.Store
+	o.Store = or(c.MongoDB.Store, c.Store)
 	o.HiddenField = c.MongoDB.HiddenField
 	o.BulkChunk = c.MongoDB.BulkChunk
 	o.BulkConcurrency = c.MongoDB.BulkConcurrency

@@ -10,8 +10,8 @@ import (
 // PostgresConfig selects and configures the PostgreSQL storage adapter
 // (postgres.Options, postgres.ConnectionConfig).
 type PostgresConfig struct {
-	URL              string        `env:"SINK_POSTGRES_URL" desc:"PostgreSQL connection string: a postgres:// URL (percent-encode the password) or key=value pairs; TLS through sslmode, sslrootcert, sslcert and sslkey. When set, Sink serves its store from PostgreSQL. A process serves one store: set SINK_POSTGRES_URL or SINK_MONGODB_URI, not both."`
-	Store            string        `env:"SINK_POSTGRES_STORE" desc:"Name of the store PostgreSQL serves. Empty: SINK_STORE. While a process serves one store, it must equal SINK_STORE when both are set (alone it sets the process's store name)."`
+	URL              string        `env:"SINK_POSTGRES_URL" desc:"PostgreSQL connection string: a postgres:// URL (percent-encode the password) or key=value pairs; TLS through sslmode, sslrootcert, sslcert and sslkey. When set, PostgreSQL serves SINK_POSTGRES_STORE."`
+	Store            string        `env:"SINK_POSTGRES_STORE" desc:"Name of the store PostgreSQL serves. Empty: SINK_STORE."`
 	PoolSize         int           `env:"SINK_POSTGRES_POOL_SIZE" desc:"Most connections to PostgreSQL (one Write call holds one for its transaction)."`
 	StatementTimeout time.Duration `env:"SINK_POSTGRES_STATEMENT_TIMEOUT" desc:"statement_timeout of every statement on the server (0: the server's setting). A statement stopped by it is rolled back and fails with a retryable UNAVAILABLE."`
 	Bindings         string        `env:"SINK_POSTGRES_BINDINGS" desc:"JSON array binding logical namespace/dataset pairs to existing tables with a key column (bigint, text, uuid, bytea) and a document column (jsonb, json, text, bytea), e.g. [{\"namespace\":\"shop\",\"dataset\":\"orders\",\"schema\":\"public\",\"table\":\"orders\",\"key_column\":\"id\",\"key_type\":\"bigint\",\"document_column\":\"body\",\"document_type\":\"jsonb\"}]. See docs/postgres.md."`
@@ -30,12 +30,6 @@ func (c Config) validatePostgres(unparsed map[string]bool) []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	p := c.Postgres
-	if p.Enabled() && c.MongoDB.URI != "" {
-		add("SINK_POSTGRES_URL and SINK_MONGODB_URI are both set: a process serves one store from one database; set one of them")
-	}
-	if p.Store != "" && p.Store != c.Store {
-		add("SINK_POSTGRES_STORE (%q) differs from SINK_STORE (%q): a process serves one store; set one of them, or both to the same name", p.Store, c.Store)
-	}
 	if p.PoolSize < 1 && !unparsed["SINK_POSTGRES_POOL_SIZE"] {
 		add("SINK_POSTGRES_POOL_SIZE must be at least 1, got %d", p.PoolSize)
 	}
@@ -63,7 +57,7 @@ func (c Config) PostgresOptions() (postgres.Options, error) {
 
 func (c Config) postgresOptions() postgres.Options {
 	o := postgres.DefaultOptions()
-	o.Store = c.Store
+	o.Store = or(c.Postgres.Store, c.Store)
 	o.MarkRing = c.IdempotencyRing
 	return o
 }

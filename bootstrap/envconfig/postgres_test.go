@@ -3,6 +3,7 @@ package envconfig
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +39,8 @@ func TestPostgresConfigProblems(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{map[string]string{"SINK_POSTGRES_URL": "postgres://db/x", "SINK_MONGODB_URI": "mongodb://db/"}, "both set"},
-		{map[string]string{"SINK_POSTGRES_STORE": "a", "SINK_STORE": "b"}, "SINK_POSTGRES_STORE (\"a\") differs from SINK_STORE"},
+		{map[string]string{"SINK_POSTGRES_URL": "postgres://db/x", "SINK_MONGODB_URI": "mongodb://db/"}, `SINK_STORE="primary": that store is served by mongodb already`},
+		{map[string]string{"SINK_POSTGRES_URL": "postgres://db/x", "SINK_POSTGRES_STORE": "a", "SINK_STORE": "b"}, `SINK_STORE="b": the default store is served by no database`},
 		{map[string]string{"SINK_POSTGRES_POOL_SIZE": "-1"}, "SINK_POSTGRES_POOL_SIZE must be at least 1"},
 		{map[string]string{"SINK_POSTGRES_STATEMENT_TIMEOUT": "-1s"}, "SINK_POSTGRES_STATEMENT_TIMEOUT must not be negative"},
 		{map[string]string{"SINK_POSTGRES_BINDINGS": `[{"namespace":"a"}]`}, "SINK_POSTGRES_BINDINGS entry 0: missing"},
@@ -73,5 +74,39 @@ func TestPostgresDocsConfigTableMatchesConfig(t *testing.T) {
 	}
 	if !strings.Contains(want, "SINK_POSTGRES_URL") || strings.Contains(ConfigTable(), "SINK_POSTGRES_URL") {
 		t.Fatal("the PostgreSQL settings belong to docs/postgres.md's table, not the README's")
+	}
+}
+
+// One process serves one store per configured database (and a named
+// memory store), the default first.
+func TestSeveralStores(t *testing.T) {
+	c, err := Load(map[string]string{"SINK_POSTGRES_URL": "postgres://db/x", "SINK_POSTGRES_STORE": "pg",
+		"SINK_MONGODB_URI": "mongodb://db/", "SINK_MONGODB_STORE": "mongo", "SINK_MEMORY_STORE": "primary"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []StoreBinding{{"primary", StoreMemory}, {"mongo", StoreMongoDB}, {"pg", StorePostgres}}
+	if got := c.Stores(); !slices.Equal(got, want) {
+		t.Fatalf("stores %v, want %v", got, want)
+	}
+	if o, _ := c.PostgresOptions(); o.Store != "pg" {
+		t.Fatalf("PostgreSQL store named %q", o.Store)
+	}
+	if o, _ := c.MongoDBOptions(); o.Store != "mongo" {
+		t.Fatalf("MongoDB store named %q", o.Store)
+	}
+	// One database naming its store makes it the default.
+	if c, err := Load(map[string]string{"SINK_POSTGRES_URL": "postgres://db/x", "SINK_POSTGRES_STORE": "orders"}); err != nil || c.Store != "orders" {
+		t.Fatalf("default store %q, %v", c.Store, err)
+	}
+	// Two stores of one name, or a bad name, are refused.
+	for _, env := range []map[string]string{
+		{"SINK_MONGODB_URI": "mongodb://db/", "SINK_MEMORY_STORE": "primary"},
+		{"SINK_MEMORY_STORE": strings.Repeat("s", 200)},
+		{"SINK_MONGODB_URI": "mongodb://db/", "SINK_MONGODB_STORE": "\xff", "SINK_STORE": "\xff"},
+	} {
+		if _, err := Load(env); err == nil {
+			t.Errorf("%v accepted", env)
+		}
 	}
 }

@@ -270,11 +270,13 @@ func Shared(t testing.TB) *Server {
 //	func TestMain(m *testing.M) { mongotest.Main(m) }
 func Main(m *testing.M) {
 	code := m.Run()
-	closeShared()
+	CloseShared()
 	os.Exit(code)
 }
 
-func closeShared() {
+// CloseShared closes the shared server, if one was started (for a TestMain
+// that also runs other kits' cleanups, such as pgtest.Main's).
+func CloseShared() {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.srv != nil {

@@ -117,7 +117,10 @@ func Shared(t testing.TB) *Server {
 // was started) and exits with the tests' code.
 // Ctrl-C (SIGINT) or SIGTERM also stops the server and removes its
 // directory before the test binary exits.
-func Main(m *testing.M) {
+//
+// also are run after it, and on the signals, too (the shared servers of
+// other test kits: mongotest.CloseShared).
+func Main(m *testing.M, also ...func()) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
@@ -126,6 +129,9 @@ func Main(m *testing.M) {
 			return
 		}
 		closeShared()
+		for _, f := range also {
+			f()
+		}
 		log.Printf("pgtest: %v: stopped the PostgreSQL server", sig)
 		os.Exit(1)
 	}()
@@ -133,6 +139,9 @@ func Main(m *testing.M) {
 	signal.Stop(sigs)
 	close(sigs)
 	closeShared()
+	for _, f := range also {
+		f()
+	}
 	os.Exit(code)
 }
 
