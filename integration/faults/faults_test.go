@@ -306,8 +306,11 @@ func runTrial(t *testing.T, ctx context.Context, c *cluster, f fault, trial int,
 		res.failed = true
 		logLost(t, ctx, c, l)
 	}
-	t.Logf("%s: accepted %d, applied %d, lost %d (dead-lettered %d), twice %d, out of order %d, ambiguous %d, retryable errors %d, wrong answers %d, recovered in %s",
-		res.detail, cnt.Accepted, cnt.Applied, cnt.Lost, cnt.DeadLettered, cnt.Twice, cnt.OutOfOrder, cnt.Ambiguous, res.retryable, res.wrong, res.recovery.Round(time.Millisecond))
+	l.mu.Lock()
+	unknown := l.unknown
+	l.mu.Unlock()
+	t.Logf("%s: accepted %d, applied %d, lost %d (dead-lettered %d), twice %d, out of order %d, ambiguous %d, retryable errors %d, unknown outcomes %d, wrong answers %d, recovered in %s",
+		res.detail, cnt.Accepted, cnt.Applied, cnt.Lost, cnt.DeadLettered, cnt.Twice, cnt.OutOfOrder, cnt.Ambiguous, res.retryable, unknown, res.wrong, res.recovery.Round(time.Millisecond))
 	res.load = l
 	if n := c.appliedDeadLetters(ctx, l); n > 0 {
 		res.counts.DeadApplied = n

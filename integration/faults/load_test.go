@@ -37,6 +37,7 @@ type load struct {
 	failed    map[string][]int  // record key → sequence numbers answered with a retryable error
 	retryable int
 	wrong     []string // client-visible wrong answers
+	unknown   int      // OUTCOME_UNKNOWN answers (may or may not be applied)
 }
 
 func newLoad(dataset string, records, perRecord int, interval time.Duration, sync bool) *load {
@@ -124,6 +125,11 @@ func (l *load) send(ctx context.Context, client sinkv1.SinkClient, key string, s
 			l.note(key, s, "acked", res.GetMutationId())
 		case res.GetStatus() == sinkv1.OperationStatus_OPERATION_STATUS_FAILED && res.GetError().GetRetryable():
 			l.note(key, s, "retryable", "")
+		case res.GetStatus() == sinkv1.OperationStatus_OPERATION_STATUS_FAILED && res.GetError().GetReason() == "OUTCOME_UNKNOWN":
+			// The honest answer for a merge without an idempotency key
+			// whose write storage took but did not confirm (a database
+			// pause under synchronous load): it may or may not be applied.
+			l.note(key, s, "unknown", "")
 		default:
 			l.note(key, s, "wrong", fmt.Sprintf("status %v, error code %d reason %s retryable %v",
 				res.GetStatus(), res.GetError().GetCode(), res.GetError().GetReason(), res.GetError().GetRetryable()))
@@ -150,6 +156,9 @@ func (l *load) note(key string, s int, kind, detail string) {
 		}
 	case "retryable":
 		l.retryable++
+		l.failed[key] = append(l.failed[key], s)
+	case "unknown":
+		l.unknown++
 		l.failed[key] = append(l.failed[key], s)
 	default:
 		l.wrong = append(l.wrong, key+" "+seqID(s)+": "+detail)
@@ -208,7 +217,7 @@ type counts struct {
 	Twice      int // extra applications (a mutation applied n times counts n-1)
 	OutOfOrder int // mutations first applied after a later mutation of the same record
 	Unasked    int // applications of sequence numbers that were never sent
-	Ambiguous  int // answered with a retryable error, applied all the same
+	Ambiguous  int // answered with a retryable error or an unknown outcome, applied all the same
 	// DeadLettered of the Lost: the worker dead-lettered them (its log
 	// says so) instead of applying them.
 	DeadLettered int
