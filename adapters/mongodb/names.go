@@ -1,14 +1,13 @@
 package mongodb
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/strictjson"
 )
 
 // Binding maps a logical namespace/dataset pair to an existing MongoDB
@@ -24,22 +23,9 @@ type Binding struct {
 // the string fields namespace, dataset, database and collection. An empty
 // string means no bindings. Errors name the offending entry by its index.
 func ParseBindings(s string) ([]Binding, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var raw []json.RawMessage
-	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return nil, fmt.Errorf("cannot parse SINK_MONGODB_BINDINGS: it must be a JSON array of {\"namespace\",\"dataset\",\"database\",\"collection\"} objects: %w", err)
-	}
-	out := make([]Binding, 0, len(raw))
-	for i, r := range raw {
-		dec := json.NewDecoder(bytes.NewReader(r))
-		dec.DisallowUnknownFields()
-		var b Binding
-		if err := dec.Decode(&b); err != nil {
-			return nil, fmt.Errorf("cannot parse SINK_MONGODB_BINDINGS entry %d: %w", i, err)
-		}
-		out = append(out, b)
+	out, err := strictjson.Array[Binding](s, "SINK_MONGODB_BINDINGS", `{"namespace","dataset","database","collection"}`)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkBindings(out); err != nil {
 		return nil, err

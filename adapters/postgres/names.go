@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/strictjson"
 )
 
 // MaxIdentifierBytes is PostgreSQL's limit on a name (NAMEDATALEN-1). A
@@ -62,22 +61,9 @@ type Binding struct {
 // ParseBindings parses SINK_POSTGRES_BINDINGS: a JSON array of Binding
 // objects. An empty string means no bindings.
 func ParseBindings(s string) ([]Binding, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var raw []json.RawMessage
-	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return nil, fmt.Errorf("cannot parse SINK_POSTGRES_BINDINGS: it must be a JSON array of {\"namespace\",\"dataset\",\"schema\",\"table\",\"key_column\",\"key_type\",\"document_column\",\"document_type\"} objects: %w", err)
-	}
-	out := make([]Binding, 0, len(raw))
-	for i, r := range raw {
-		dec := json.NewDecoder(bytes.NewReader(r))
-		dec.DisallowUnknownFields()
-		var b Binding
-		if err := dec.Decode(&b); err != nil {
-			return nil, fmt.Errorf("cannot parse SINK_POSTGRES_BINDINGS entry %d: %w", i, err)
-		}
-		out = append(out, b)
+	out, err := strictjson.Array[Binding](s, "SINK_POSTGRES_BINDINGS", `{"namespace","dataset","schema","table","key_column","key_type","document_column","document_type"}`)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkBindings(out); err != nil {
 		return nil, err
