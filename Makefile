@@ -6,12 +6,14 @@ GO ?= go
 BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
+PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.0
 STATICCHECK_VERSION        := v0.8.2
 
 BIN := $(CURDIR)/.bin
 BUF := $(BIN)/buf-$(BUF_VERSION)/buf
 PROTOC_GEN_GO := $(BIN)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(BIN)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
+PROTOC_GEN_GO_VTPROTO := $(BIN)/protoc-gen-go-vtproto-$(PROTOC_GEN_GO_VTPROTO_VERSION)/protoc-gen-go-vtproto
 STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # PG_CHECK succeeds when the PostgreSQL binaries the tests start are installed (internal/testkit/pgtest).
 PG_CHECK := { command -v initdb >/dev/null 2>&1 || [ -x "$$(pg_config --bindir 2>/dev/null)/initdb" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || [ -n "$$SINK_TEST_POSTGRES_URL" ]
@@ -120,6 +122,7 @@ FUZZ_TARGETS := \
 	./adapters/mergepatch:FuzzMergeBSON \
 	./adapters/declarative:FuzzDeclarative \
 	./adapters/mongodb:FuzzStoredDocumentRoundTrip \
+	./proto/vtcodec:FuzzUnmarshalAgreesWithProto \
 	./adapters/mongodb:FuzzParseBindings \
 	./adapters/auth:FuzzParseAuthorizationFile
 
@@ -136,10 +139,10 @@ lint: $(STATICCHECK) $(BUF)
 	$(GO) mod tidy -diff
 	$(BUF) lint
 
-proto: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
-	PATH="$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$$PATH" $(BUF) generate
+proto: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GO_VTPROTO)
+	PATH="$(dir $(PROTOC_GEN_GO)):$(dir $(PROTOC_GEN_GO_GRPC)):$(dir $(PROTOC_GEN_GO_VTPROTO)):$$PATH" $(BUF) generate
 
-tools: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(STATICCHECK)
+tools: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GO_VTPROTO) $(STATICCHECK)
 
 $(BUF):
 	GOBIN=$(dir $@) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -147,6 +150,8 @@ $(PROTOC_GEN_GO):
 	GOBIN=$(dir $@) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(PROTOC_GEN_GO_GRPC):
 	GOBIN=$(dir $@) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(PROTOC_GEN_GO_VTPROTO):
+	GOBIN=$(dir $@) $(GO) install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(PROTOC_GEN_GO_VTPROTO_VERSION)
 $(STATICCHECK):
 	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 

@@ -11,6 +11,7 @@ require (
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/ory/dockertest/v3 v3.12.0
+	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

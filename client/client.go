@@ -47,6 +47,7 @@ import (
 	"google.golang.org/grpc/stats"
 
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+	"github.com/sink-io/sink/proto/vtcodec"
 )
 
 // Client is a connection to one Sink server or a fleet of them. It is safe
@@ -231,7 +232,7 @@ func (c *Client) dialOptions(host string) []grpc.DialOption {
 		}
 		creds = credentials.NewTLS(cfg)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(vtcodec.New()))}
 	if !c.cfg.noTrace {
 		opts = append(opts, grpc.WithStatsHandler(tracer{}))
 	}

@@ -8,12 +8,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
-	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+	"github.com/sink-io/sink/proto/vtcodec"
 )
 
 // A Sink request that cannot be decoded is the client's fault and fails
@@ -46,7 +46,7 @@ type requestCodec struct {
 }
 
 func newRequestCodec(limit RequestLimit) requestCodec {
-	return requestCodec{encoding.GetCodecV2(protoenc.Name), limit}
+	return requestCodec{vtcodec.New(), limit}
 }
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {

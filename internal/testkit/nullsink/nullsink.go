@@ -13,6 +13,7 @@ import (
 
 	"github.com/sink-io/sink/adapters/sinkgrpc"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
+	"github.com/sink-io/sink/proto/vtcodec"
 )
 
 // Server is the null Sink service.
@@ -47,9 +48,10 @@ func (Server) Write(_ context.Context, r *sinkv1.WriteRequest) (*sinkv1.WriteRes
 // It keeps as many stream workers as Sink's server
 // (sinkgrpc.StreamWorkers), a transport setting that makes the floor
 // faster too, so that ratios to it compare the work per request and not
-// the server set-up.
+// the server set-up, and Sink's codec (vtcodec), so that they do not
+// compare codecs either.
 func Serve(lis net.Listener) *grpc.Server {
-	srv := grpc.NewServer(grpc.NumStreamWorkers(sinkgrpc.StreamWorkers()))
+	srv := grpc.NewServer(grpc.NumStreamWorkers(sinkgrpc.StreamWorkers()), grpc.ForceServerCodecV2(vtcodec.New()))
 	sinkv1.RegisterSinkServer(srv, Server{})
 	go func() { _ = srv.Serve(lis) }()
 	return srv
