@@ -35,6 +35,7 @@ func newGRPCListener(p grpcServerParams) *sinkgrpc.Listener {
 	return sinkgrpc.NewListener(p.API, p.Health, sinkgrpc.ListenerConfig{
 		Address: p.Config.GRPCAddress, Setting: "SINK_GRPC_ADDRESS",
 		MaxRequestBytes: p.Config.MaxRequestBytes + 1<<20, MaxHealthWatchers: limits.MaxHealthWatchers,
-		Options: opts, Logger: p.Log.With("store", p.Config.Store),
+		MaxInFlightOperations: limits.MaxInFlightOperations,
+		Options:               opts, Logger: p.Log.With("store", p.Config.Store),
 	})
 }

@@ -41,7 +41,24 @@ type Limits struct {
 	// MaxHealthWatchers is the most health Watch streams open at once,
 	// server-wide (NewStreamCloser).
 	MaxHealthWatchers int
+	// MaxInFlightOperations bounds the operations of the Sink RPCs in
+	// flight, server-wide; requests beyond it are refused at once with a
+	// retryable RESOURCE_EXHAUSTED (Connections.LimitOperations).
+	// Unbounded (math.MaxInt) means no bound.
+	MaxInFlightOperations int
 }
+
+// Unbounded, as MaxInFlightOperations, means no bound.
+const Unbounded = math.MaxInt
+
+// DefaultMaxInFlightOperations is the default bound on the operations in
+// flight (see docs/operations.md, "Overload and restarts"): far more than
+// the storage calls of a server can use at once (two natural batches of
+// 1,000 operations per shard, one at storage and one forming), so that it
+// never limits throughput, yet small enough that the requests it admits
+// hold tens of MiB at typical document sizes, not the heap's worth that
+// queueing without bound reaches under overload.
+const DefaultMaxInFlightOperations = 4096
 
 // DefaultLimits returns the default limits.
 func DefaultLimits() Limits {
@@ -68,6 +85,9 @@ func (l *Limits) setDefaults() {
 	if l.MaxHealthWatchers == 0 {
 		l.MaxHealthWatchers = 1000
 	}
+	if l.MaxInFlightOperations == 0 {
+		l.MaxInFlightOperations = DefaultMaxInFlightOperations
+	}
 }
 
 // Validate reports every problem of the limits at once (messages name the
@@ -76,6 +96,7 @@ func (l Limits) Validate() error {
 	var p check.Problems
 	p.Positive("MaxConcurrentStreams", l.MaxConcurrentStreams)
 	p.Positive("MaxHealthWatchers", l.MaxHealthWatchers)
+	p.Positive("MaxInFlightOperations", l.MaxInFlightOperations)
 	p.PositiveDuration("MaxConnectionIdle", l.MaxConnectionIdle)
 	p.PositiveDuration("MaxConnectionAge", l.MaxConnectionAge)
 	p.PositiveDuration("MaxConnectionAgeGrace", l.MaxConnectionAgeGrace)
@@ -86,7 +107,8 @@ func (l Limits) Validate() error {
 
 // ServerOptions returns the gRPC server options of the limits (zero
 // fields get the defaults) except MaxHealthWatchers, which
-// NewStreamCloser enforces.
+// NewStreamCloser enforces, and MaxInFlightOperations, which
+// Connections.LimitOperations enforces (ListenerConfig).
 func (l Limits) ServerOptions() []grpc.ServerOption {
 	l.setDefaults()
 	return []grpc.ServerOption{

@@ -19,6 +19,7 @@ type GRPCConfig struct {
 	KeepaliveMinTime      time.Duration `env:"SINK_GRPC_KEEPALIVE_MIN_TIME" desc:"Shortest interval at which clients may send keepalive pings (also on idle connections); clients that ping more often are disconnected (GOAWAY too_many_pings)."`
 	HandshakeTimeout      time.Duration `env:"SINK_GRPC_HANDSHAKE_TIMEOUT" desc:"How long a new gRPC connection may take to finish its TLS handshake and HTTP/2 preface before it is closed."`
 	MaxHealthWatchers     int           `env:"SINK_GRPC_MAX_HEALTH_WATCHERS" desc:"Most health Watch streams open at once, server-wide (they need no credentials); more are refused with RESOURCE_EXHAUSTED."`
+	MaxInFlightOperations int           `env:"SINK_MAX_INFLIGHT_OPERATIONS" desc:"Most operations (reads, puts, merges, deletes) of the requests a server process works on at once (0 = no bound; at least SINK_MAX_OPERATIONS). A request that would exceed it is refused at once, before any of its work, with RESOURCE_EXHAUSTED, retryable, with a retry delay (google.rpc.RetryInfo). See docs/operations.md."`
 }
 
 // grpcNames maps the fields sinkgrpc.Limits.Validate names to variables.
@@ -28,6 +29,7 @@ var grpcNames = []rename{
 	{"MaxConnectionIdle must be positive", "SINK_GRPC_MAX_CONNECTION_IDLE must not be negative (0 = never)"},
 	{"MaxConnectionAge must be positive", "SINK_GRPC_MAX_CONNECTION_AGE must not be negative (0 = never)"},
 	{"MaxConnectionAgeGrace must be positive", "SINK_GRPC_MAX_CONNECTION_AGE_GRACE must not be negative (0 = no limit)"},
+	{"MaxInFlightOperations must be positive", "SINK_MAX_INFLIGHT_OPERATIONS must not be negative (0 = no bound)"},
 	{"MaxConcurrentStreams", "SINK_GRPC_MAX_CONCURRENT_STREAMS"},
 	{"MaxConnectionIdle", "SINK_GRPC_MAX_CONNECTION_IDLE"},
 	{"MaxConnectionAge", "SINK_GRPC_MAX_CONNECTION_AGE"},
@@ -35,6 +37,7 @@ var grpcNames = []rename{
 	{"KeepaliveMinTime", "SINK_GRPC_KEEPALIVE_MIN_TIME"},
 	{"HandshakeTimeout", "SINK_GRPC_HANDSHAKE_TIMEOUT"},
 	{"MaxHealthWatchers", "SINK_GRPC_MAX_HEALTH_WATCHERS"},
+	{"MaxInFlightOperations", "SINK_MAX_INFLIGHT_OPERATIONS"},
 }
 
 // validate reports the problems of the gRPC limits
@@ -44,7 +47,7 @@ func (g GRPCConfig) validate(unparsed map[string]bool) error {
 }
 
 // GRPCLimits returns the gRPC server limits (0 = never becomes
-// sinkgrpc.Never).
+// sinkgrpc.Never, 0 = no bound sinkgrpc.Unbounded).
 func (c Config) GRPCLimits() sinkgrpc.Limits {
 	g := c.GRPC
 	never := func(d time.Duration) time.Duration {
@@ -61,7 +64,16 @@ func (c Config) GRPCLimits() sinkgrpc.Limits {
 		KeepaliveMinTime:      g.KeepaliveMinTime,
 		HandshakeTimeout:      g.HandshakeTimeout,
 		MaxHealthWatchers:     g.MaxHealthWatchers,
+		MaxInFlightOperations: unbounded(g.MaxInFlightOperations),
 	}
+}
+
+// unbounded returns n, or sinkgrpc.Unbounded for 0.
+func unbounded(n int) int {
+	if n == 0 {
+		return sinkgrpc.Unbounded
+	}
+	return n
 }
 
 // grpcDefaults returns the environment's form of sinkgrpc.DefaultLimits().
@@ -81,5 +93,6 @@ func grpcDefaults() GRPCConfig {
 		KeepaliveMinTime:      l.KeepaliveMinTime,
 		HandshakeTimeout:      l.HandshakeTimeout,
 		MaxHealthWatchers:     l.MaxHealthWatchers,
+		MaxInFlightOperations: l.MaxInFlightOperations,
 	}
 }
