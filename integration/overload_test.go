@@ -26,6 +26,7 @@ import (
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/internal/testkit/sinktest"
 	"github.com/sink-io/sink/ports"
+	"github.com/sink-io/sink/ports/storagetest"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -327,5 +328,56 @@ func TestOverloadRefusesFastAndRecovers(t *testing.T) {
 	}
 	if goroutineGrowth >= 600 {
 		t.Errorf("%d more goroutines under overload, want < 600", goroutineGrowth)
+	}
+}
+
+// BenchmarkInFlightOperations measures what the in-flight bound's default
+// (SINK_MAX_INFLIGHT_OPERATIONS) rests on: closed-loop clients sending
+// single puts of 1 KiB documents to memory storage with a 1 ms round trip,
+// without a bound (unless SINK_BENCH_ENV sets one), for growing numbers of
+// clients. It reports puts/s, the peak operations in flight, the p99
+// latency, and the peaks of live heap growth and goroutines of the process
+// (server and clients).
+// Throughput stops growing long before the clients reach the default
+// bound; beyond, more in flight only adds latency and heap.
+//
+//	go test -run '^$' -bench InFlightOperations -benchtime 20000x ./integration/
+func BenchmarkInFlightOperations(b *testing.B) {
+	for _, clients := range []int{16, 64, 256, 1024, 4096} {
+		b.Run(fmt.Sprint("clients=", clients), func(b *testing.B) {
+			var ep *bootstrap.GRPCEndpoint
+			s, _ := startDelayedWith(b, time.Millisecond, map[string]string{"SINK_MAX_INFLIGHT_OPERATIONS": "0"},
+				func(d *storagetest.Delayed) ports.Storage { return d }, fx.Populate(&ep))
+			// A connection per 16 clients (one carries at most
+			// SINK_GRPC_MAX_CONCURRENT_STREAMS calls at once).
+			conns := make([]sinkv1.SinkClient, (clients+15)/16)
+			for i := range conns {
+				conn, err := grpc.NewClient(s.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = conn.Close() })
+				conns[i] = sinkv1.NewSinkClient(conn)
+			}
+			doc := `{"payload":"` + strings.Repeat("x", 1000) + `"}`
+			runtime.GC()
+			base := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+			metrics.Read(base)
+			stop := make(chan struct{})
+			peaks := sampleRuntime(ep, stop)
+			n := max(b.N, 4*clients)
+			b.ResetTimer()
+			r := runLoad(b, clients, n, func(i int) (codes.Code, error) {
+				return writeCode(conns[i%len(conns)], putOp(addr("bench", "inflight", fmt.Sprint(i%10000)), doc, 0, nil))
+			})
+			b.StopTimer()
+			close(stop)
+			p := <-peaks
+			b.ReportMetric(r.rate(), "puts/s")
+			b.ReportMetric(float64(p.inflightOps), "peak-inflight-ops")
+			b.ReportMetric(float64(percentile(r.lat, 0.99).Microseconds()), "p99-µs")
+			b.ReportMetric(float64(int64(p.live)-int64(base[0].Value.Uint64()))/(1<<20), "live-heap-growth-MiB")
+			b.ReportMetric(float64(p.goroutines), "peak-goroutines")
+		})
 	}
 }
