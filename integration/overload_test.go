@@ -138,9 +138,11 @@ func sampleRuntime(ep *bootstrap.GRPCEndpoint, stop <-chan struct{}) <-chan over
 // The server under ten times the load its storage can serve, from many
 // clients over a real gRPC server: requests beyond the in-flight bound
 // fail fast with RESOURCE_EXHAUSTED carrying RetryInfo, no call outlives
-// its deadline by more than a small margin, the heap grows by less than
-// 64 MiB and the goroutines stay bounded; when storage recovers, the whole
-// offered load is served again within seconds.
+// its deadline by more than a small margin (and when the load stops, the
+// server lets go of every call within that margin of the clients' last
+// one), the heap grows by less than 64 MiB and the goroutines stay
+// bounded; when storage recovers, the whole offered load is served again
+// within seconds.
 //
 // The storage costs 20 ms per operation, one batch at a time (one
 // natural-batching shard): 50 operations/s. The clients offer 500 single
@@ -184,60 +186,77 @@ func TestOverloadRefusesFastAndRecovers(t *testing.T) {
 
 	var mu sync.Mutex
 	var calls []overloadCall
-	var outstanding sync.WaitGroup
-	stopLoad := make(chan struct{})
-	loadDone := make(chan struct{})
-	go func() { // open loop: one call every interval, whatever the others do
-		defer close(loadDone)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stopLoad:
-				return
-			case <-tick.C:
-			}
-			outstanding.Add(1)
-			go func() {
-				defer outstanding.Done()
-				c := overloadCall{start: time.Now()}
-				cctx, cancel := context.WithTimeout(context.Background(), deadline)
-				_, err := conns[i%clients].Write(cctx, &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{
-					{Kind: &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{Address: addr("ov", "d", fmt.Sprint(i%256)),
-						Document: &sinkv1.Document{ContentType: "application/json", Data: doc}}}}}})
-				cancel()
-				c.end = time.Now()
-				st := status.Convert(err)
-				c.code, c.message = st.Code(), st.Message()
-				for _, d := range st.Details() {
-					if ri, ok := d.(*errdetails.RetryInfo); ok {
-						c.retryDelay = ri.GetRetryDelay().AsDuration()
-					}
+	// startLoad starts the open-loop clients: one call every interval,
+	// whatever the others do. It returns the function that stops them and
+	// waits until every call they made ended.
+	startLoad := func() (stop func()) {
+		var outstanding sync.WaitGroup
+		stopLoad := make(chan struct{})
+		loadDone := make(chan struct{})
+		go func() {
+			defer close(loadDone)
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-stopLoad:
+					return
+				case <-tick.C:
 				}
-				mu.Lock()
-				calls = append(calls, c)
-				mu.Unlock()
-			}()
-		}
-	}()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			close(stopLoad)
-			<-loadDone
-			outstanding.Wait()
+				outstanding.Add(1)
+				go func() {
+					defer outstanding.Done()
+					c := overloadCall{start: time.Now()}
+					cctx, cancel := context.WithTimeout(context.Background(), deadline)
+					_, err := conns[i%clients].Write(cctx, &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{
+						{Kind: &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{Address: addr("ov", "d", fmt.Sprint(i%256)),
+							Document: &sinkv1.Document{ContentType: "application/json", Data: doc}}}}}})
+					cancel()
+					c.end = time.Now()
+					st := status.Convert(err)
+					c.code, c.message = st.Code(), st.Message()
+					for _, d := range st.Details() {
+						if ri, ok := d.(*errdetails.RetryInfo); ok {
+							c.retryDelay = ri.GetRetryDelay().AsDuration()
+						}
+					}
+					mu.Lock()
+					calls = append(calls, c)
+					mu.Unlock()
+				}()
+			}
+		}()
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				close(stopLoad)
+				<-loadDone
+				outstanding.Wait()
+			})
 		}
 	}
-	defer stop()
 
-	// Overload.
+	// Overload, then no load: the server lets go of every call by its
+	// deadline (storage is still slow; its waits end with the calls).
 	runtime.GC()
 	base := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/sched/goroutines:goroutines"}}
 	metrics.Read(base)
 	stopSampling := make(chan struct{})
 	peaks := sampleRuntime(ep, stopSampling)
+	stop := startLoad()
 	time.Sleep(slowFor) // the load runs for this long (a duration, not a wait for an event)
+	stop()
+	ended := time.Now() // the last client call ended (by its deadline at the latest)
+	eventually(t, margin, "the server to finish every call", func() (bool, string) {
+		rpcs, ops := ep.InFlight()
+		return rpcs == 0, fmt.Sprintf("%d RPCs, %d operations in flight", rpcs, ops)
+	})
+	idle := time.Since(ended)
+
+	// Overload again, and storage recovers under it.
+	stop = startLoad()
+	defer stop()
+	time.Sleep(time.Second) // the load runs for this long
 	close(stopSampling)
 	p := <-peaks
 	recovered := time.Now()
@@ -307,12 +326,12 @@ func TestOverloadRefusesFastAndRecovers(t *testing.T) {
 	total := ok + expired + refused
 	pct := func(n int) float64 { return 100 * float64(n) / float64(max(total, 1)) }
 	t.Logf("overload (%v, storage at 50 operations/s, 500 calls/s offered): %d calls: %d OK, %d refused (%.0f%%), %d past their deadline; in-flight operations at most %d (bound %d)",
-		slowFor, total, ok, refused, pct(refused), expired, p.inflightOps, bound)
+		slowFor+time.Second, total, ok, refused, pct(refused), expired, p.inflightOps, bound)
 	if len(refusals) > 0 {
 		t.Logf("refusal latency: median %v, p99 %v, max %v", refusals[len(refusals)/2], refusals[len(refusals)*99/100], refusals[len(refusals)-1])
 	}
-	t.Logf("heap growth at most %.1f MiB (live heap at most %.1f MiB), goroutines at most %d above the %d before the load; the whole offered load served again %v after storage recovered",
-		float64(heapGrowth)/(1<<20), float64(p.live)/(1<<20), goroutineGrowth, base[1].Value.Uint64(), servedAt.Sub(recovered).Round(10*time.Millisecond))
+	t.Logf("heap growth at most %.1f MiB (live heap at most %.1f MiB), goroutines at most %d above the %d before the load; the server finished its calls %v after the clients' last ended; the whole offered load served again %v after storage recovered",
+		float64(heapGrowth)/(1<<20), float64(p.live)/(1<<20), goroutineGrowth, base[1].Value.Uint64(), idle.Round(time.Millisecond), servedAt.Sub(recovered).Round(10*time.Millisecond))
 
 	if refused < total/2 {
 		t.Errorf("%d of %d calls refused under 10× overload, want most", refused, total)
