@@ -216,3 +216,45 @@ func BenchmarkAdmission(b *testing.B) {
 		}
 	})
 }
+
+// Refusals of the in-flight bound are logged at debug level only (under
+// overload they are most requests) and counted like any failure; other
+// RESOURCE_EXHAUSTED failures, such as the rate limit's, stay at info.
+func TestInterceptorLogsOverloadRefusalsAtDebug(t *testing.T) {
+	a := newAdmission()
+	a.max = 1
+	if err := a.enter(1); err != nil {
+		t.Fatal(err)
+	}
+	refusal := a.enter(1)
+	for _, c := range []struct {
+		err   error
+		level string // "" for none at info
+	}{
+		{refusal, ""},
+		{StatusError(retryLater("rate limit of store \"primary\" exceeded", time.Second)), "INFO"},
+	} {
+		for _, lvl := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+			var buf strings.Builder
+			log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: lvl}))
+			obs := &fakeRPCObserver{}
+			if _, err := call(t, obs, log, nil, func(context.Context, any) (any, error) { return nil, c.err }); status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("err = %v", err)
+			}
+			if len(obs.got) != 1 || obs.got[0].code != codes.ResourceExhausted {
+				t.Fatalf("observed %+v", obs.got)
+			}
+			want := c.level
+			if lvl == slog.LevelDebug && want == "" {
+				want = "DEBUG"
+			}
+			got := ""
+			if buf.Len() > 0 {
+				got = strings.SplitN(strings.SplitN(buf.String(), `"level":"`, 2)[1], `"`, 2)[0]
+			}
+			if got != want {
+				t.Errorf("%v at log level %v: logged at %q, want %q", status.Convert(c.err).Message(), lvl, got, want)
+			}
+		}
+	}
+}
