@@ -212,6 +212,9 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 		sig    syscall.Signal
 	}{{0, syscall.SIGTERM}, {1, syscall.SIGTERM}, {0, syscall.SIGKILL}} {
 		i := step.server
+		client.mu.Lock()
+		before := client.unavailable
+		client.mu.Unlock()
 		sent := time.Now()
 		if err := procs[i].cmd.Process.Signal(step.sig); err != nil {
 			t.Fatal(err)
@@ -228,6 +231,9 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 		progress(100) // served by the other server alone
 		procs[i] = startProcessOf(t, argv, env(i)...)
 		progress(200)
+		client.mu.Lock()
+		t.Logf("server %d %v: %d UNAVAILABLE answers retried", i, step.sig, client.unavailable-before)
+		client.mu.Unlock()
 	}
 	stopWriters()
 
