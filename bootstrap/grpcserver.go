@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"log/slog"
-	"strconv"
 
 	"go.uber.org/fx"
 	"google.golang.org/grpc"
@@ -35,15 +34,8 @@ func newGRPCListener(p grpcServerParams) *sinkgrpc.Listener {
 	opts = append(opts, limits.ServerOptions()...)
 	return sinkgrpc.NewListener(p.API, p.Health, sinkgrpc.ListenerConfig{
 		Address: p.Config.GRPCAddress, Setting: "SINK_GRPC_ADDRESS",
-		RequestLimit: sinkgrpc.RequestLimit{Bytes: p.Config.MaxRequestBytes + 1<<20, Hint: requestLimitHint(p.Config.MaxRequestBytes)}, MaxHealthWatchers: limits.MaxHealthWatchers,
-		Options: opts, Logger: p.Log.With("store", p.Config.Store),
+		RequestLimit: sinkgrpc.RequestLimit{Bytes: p.Config.MaxRequestBytes + 1<<20, Hint: p.Config.RequestLimitHint()}, MaxHealthWatchers: limits.MaxHealthWatchers,
+		MaxInFlightOperations: limits.MaxInFlightOperations,
+		Options:               opts, Logger: p.Log.With("store", p.Config.Store),
 	})
-}
-
-// requestLimitHint names the setting that bounds requests, for the
-// RESOURCE_EXHAUSTED answer to a request message above the limit (the
-// message may hold up to 1 MiB beside the keys and documents: field tags,
-// names, lengths).
-func requestLimitHint(maxRequestBytes int) string {
-	return "SINK_MAX_REQUEST_BYTES (" + strconv.Itoa(maxRequestBytes) + ") bounds the keys and documents of one request"
 }

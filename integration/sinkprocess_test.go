@@ -36,7 +36,13 @@ func startSinkProcess(t testing.TB, env ...string) *sinkProcess {
 // command prefix (such as taskset -c 1), if any.
 func startSinkProcessUnder(t testing.TB, prefix []string, env ...string) *sinkProcess {
 	t.Helper()
-	argv := append(append([]string(nil), prefix...), buildSink(t))
+	return startProcessOf(t, append(append([]string(nil), prefix...), buildSink(t)), env...)
+}
+
+// startProcessOf is startSinkProcess with the command line argv (a build
+// of the sink binary, such as sinkcount, and its arguments).
+func startProcessOf(t testing.TB, argv []string, env ...string) *sinkProcess {
+	t.Helper()
 	p := &sinkProcess{cmd: exec.Command(argv[0], argv[1:]...), logs: &testkit.LockedBuffer{}, exited: make(chan error, 1)}
 	p.cmd.Env = append(testkit.Environ("SINK_LOG_FORMAT", "json"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs

@@ -12,7 +12,8 @@ func TestLimitsDefaults(t *testing.T) {
 		t.Fatalf("default limits invalid: %v", err)
 	}
 	want := Limits{MaxConcurrentStreams: 100, MaxConnectionIdle: 5 * time.Minute, MaxConnectionAge: 30 * time.Minute,
-		MaxConnectionAgeGrace: time.Minute, KeepaliveMinTime: 10 * time.Second, HandshakeTimeout: 10 * time.Second, MaxHealthWatchers: 1000}
+		MaxConnectionAgeGrace: time.Minute, KeepaliveMinTime: 10 * time.Second, HandshakeTimeout: 10 * time.Second, MaxHealthWatchers: 1000,
+		MaxInFlightOperations: DefaultMaxInFlightOperations}
 	if d != want {
 		t.Fatalf("DefaultLimits() = %+v, want %+v", d, want)
 	}
@@ -42,13 +43,14 @@ func TestLimitsNever(t *testing.T) {
 
 func TestLimitsValidateReportsEveryProblem(t *testing.T) {
 	err := Limits{MaxConcurrentStreams: -1, MaxConnectionIdle: -time.Second, MaxConnectionAge: time.Minute, MaxConnectionAgeGrace: time.Second,
-		KeepaliveMinTime: 0, HandshakeTimeout: -5 * time.Second, MaxHealthWatchers: 0}.Validate()
+		KeepaliveMinTime: 0, HandshakeTimeout: -5 * time.Second, MaxHealthWatchers: 0, MaxInFlightOperations: -1}.Validate()
 	if err == nil {
 		t.Fatal("invalid limits accepted")
 	}
 	for _, want := range []string{
 		"MaxConcurrentStreams must be positive, got -1",
 		"MaxHealthWatchers must be positive, got 0",
+		"MaxInFlightOperations must be positive, got -1",
 		"MaxConnectionIdle must be positive, got -1s",
 		"KeepaliveMinTime must be positive, got 0s",
 		"HandshakeTimeout must be positive, got -5s",

@@ -24,6 +24,9 @@ type ListenerConfig struct {
 	RequestLimit RequestLimit
 	// MaxHealthWatchers bounds the health Watch streams open at once.
 	MaxHealthWatchers int
+	// MaxInFlightOperations bounds the operations of the Sink RPCs in
+	// flight (Connections.LimitOperations; 0 or Unbounded: no bound).
+	MaxInFlightOperations int
 	// Options are the server options, outermost interceptors first; the
 	// listener adds its stream closer and connection tracker after them.
 	Options []grpc.ServerOption
@@ -57,6 +60,9 @@ func NewListener(api *Server, hs *health.Server, cfg ListenerConfig) *Listener {
 	cfg.setDefaults()
 	l := &Listener{cfg: cfg, health: hs, conns: NewConnections(cfg.Logger), streams: NewStreamCloser(cfg.MaxHealthWatchers),
 		ep: listen.NewEndpoint(cfg.Address, cfg.Setting)}
+	if cfg.MaxInFlightOperations != Unbounded {
+		l.conns.LimitOperations(cfg.MaxInFlightOperations)
+	}
 	opts := append(append([]grpc.ServerOption{}, cfg.Options...), grpc.ChainStreamInterceptor(l.streams.Interceptor()))
 	l.srv = NewGRPCServer(l.conns.Track(api), hs, cfg.RequestLimit, opts...)
 	return l
@@ -64,6 +70,11 @@ func NewListener(api *Server, hs *health.Server, cfg ListenerConfig) *Listener {
 
 // Addr returns the address the listener bound (nil before Start).
 func (l *Listener) Addr() net.Addr { return l.ep.Addr() }
+
+// InFlight returns the Sink RPCs running and the operations they carry.
+func (l *Listener) InFlight() (rpcs, operations int) {
+	return l.conns.InFlight(), l.conns.InFlightOperations()
+}
 
 // Start opens the address and serves in the background.
 func (l *Listener) Start(context.Context) error {

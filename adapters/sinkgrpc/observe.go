@@ -46,7 +46,9 @@ type RPCObserver interface {
 //   - logs whole-request failures (status errors) with the request id: at
 //     error level for codes that point at Sink itself (Internal, Unknown,
 //     DataLoss), warning for Unavailable and DeadlineExceeded, info for the
-//     rest (the client's doing, including rate limiting). Whole-request
+//     rest (the client's doing, including rate limiting), debug for
+//     refusals of the in-flight bound (Connections.LimitOperations).
+//     Whole-request
 //     messages are Sink's own (limits, credentials, rate limits; never a
 //     document or a per-operation error, which the application logs
 //     without its message); they are logged valid UTF-8 and at most
@@ -83,6 +85,15 @@ func logFailedRequest(ctx context.Context, log *slog.Logger, id, method string, 
 		level = slog.LevelError
 	case codes.Unavailable, codes.DeadlineExceeded:
 		level = slog.LevelWarn
+	case codes.ResourceExhausted:
+		if strings.HasPrefix(status.Convert(err).Message(), overloadMessage) {
+			// Under overload refusals are most requests: logging each
+			// would add to the load (metrics count them).
+			level = slog.LevelDebug
+		}
+	}
+	if !log.Enabled(ctx, level) {
+		return
 	}
 	log.LogAttrs(ctx, level, "request failed: "+code.String(),
 		slog.String("request_id", id),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,8 @@ func (s *ctxStream) Context() context.Context { return s.ctx }
 //     preface). grpc-go's Stop and GracefulStop wait for those handshakes
 //     (up to the connection timeout), so a few stalled TCP connections would
 //     otherwise hold every shutdown;
-//   - Track counts the Sink RPCs in flight.
+//   - Track counts the Sink RPCs and their operations in flight, and
+//     refuses requests beyond the bound of LimitOperations.
 //
 // It is not a stats.Handler on purpose: with any stats handler installed,
 // grpc-go builds an event for every header, message and trailer of every
@@ -121,7 +123,7 @@ type Connections struct {
 	closing     bool
 	handshaking map[*trackedConn]struct{}
 
-	inflight atomic.Int64
+	adm *admission
 }
 
 // NewConnections returns a tracker with no connections.
@@ -129,7 +131,23 @@ func NewConnections(log *slog.Logger) *Connections {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Connections{log: log, handshaking: map[*trackedConn]struct{}{}}
+	return &Connections{log: log, handshaking: map[*trackedConn]struct{}{}, adm: newAdmission()}
+}
+
+// LimitOperations bounds the operations of the Sink RPCs in flight (the
+// reads, puts, merges and deletes of the requests whose handlers run): a
+// request that would take them over max is refused at once with a
+// retryable RESOURCE_EXHAUSTED status carrying a google.rpc.RetryInfo
+// delay (about the time the operations in flight take to drain, at the
+// rate at which they recently finished, jittered), before any of its work
+// is done; a request alone is admitted whatever its size. max <= 0 (the
+// default) means no bound. Call it before serving.
+func (c *Connections) LimitOperations(max int) {
+	if max <= 0 {
+		c.adm.max = math.MaxInt64
+		return
+	}
+	c.adm.max = int64(max)
 }
 
 // Listener returns lis with every accepted connection tracked. Once
@@ -214,38 +232,54 @@ func (c *Connections) Handshaking() int {
 
 // InFlight returns how many Sink RPCs are running (from when their
 // handler is called until it returns).
-func (c *Connections) InFlight() int { return int(c.inflight.Load()) }
+func (c *Connections) InFlight() int { return c.adm.rpcs() }
 
-// Track returns api with its RPCs counted in flight while they run; serve
-// what it returns. (Counting here rather than in an interceptor keeps the
-// server's chain at one interceptor: a chain of two costs an allocation
-// per RPC.)
+// InFlightOperations returns how many operations the Sink RPCs in flight
+// carry.
+func (c *Connections) InFlightOperations() int { return c.adm.operations() }
+
+// Track returns api with its RPCs and their operations counted in flight
+// while they run, and requests beyond the bound of LimitOperations
+// refused; serve what it returns. (Counting and admitting here rather than
+// in an interceptor keeps the server's chain at one interceptor: a chain
+// of two costs an allocation per RPC. Both cost one atomic addition per
+// RPC on the way in and one on the way out, plus one for the drain rate.)
 func (c *Connections) Track(api sinkv1.SinkServer) sinkv1.SinkServer {
-	return &trackedAPI{SinkServer: api, inflight: &c.inflight}
+	return &trackedAPI{SinkServer: api, adm: c.adm}
 }
 
-// trackedAPI counts the RPCs of the API it wraps while they run. Every
-// Sink RPC has a method here (TestTrackCountsEverySinkRPC).
+// trackedAPI counts the RPCs of the API it wraps while they run, and
+// admits them. Every Sink RPC has a method here
+// (TestTrackCountsEverySinkRPC).
 type trackedAPI struct {
 	sinkv1.SinkServer
-	inflight *atomic.Int64
+	adm *admission
 }
 
 func (t *trackedAPI) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.ReadResponse, error) {
-	t.inflight.Add(1)
-	defer t.inflight.Add(-1)
+	n := len(req.GetOperations())
+	if err := t.adm.enter(n); err != nil {
+		return nil, err
+	}
+	defer t.adm.leave(n)
 	return t.SinkServer.Read(ctx, req)
 }
 
 func (t *trackedAPI) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.WriteResponse, error) {
-	t.inflight.Add(1)
-	defer t.inflight.Add(-1)
+	n := len(req.GetOperations())
+	if err := t.adm.enter(n); err != nil {
+		return nil, err
+	}
+	defer t.adm.leave(n)
 	return t.SinkServer.Write(ctx, req)
 }
 
 func (t *trackedAPI) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*sinkv1.DeleteResponse, error) {
-	t.inflight.Add(1)
-	defer t.inflight.Add(-1)
+	n := len(req.GetOperations())
+	if err := t.adm.enter(n); err != nil {
+		return nil, err
+	}
+	defer t.adm.leave(n)
 	return t.SinkServer.Delete(ctx, req)
 }
 
@@ -280,7 +314,7 @@ func (c *Connections) Shutdown(ctx context.Context, srv *grpc.Server) error {
 		return nil
 	case <-ctx.Done():
 	}
-	cut := c.inflight.Load()
+	cut := c.adm.rpcs()
 	srv.Stop()
 	if cut > 0 {
 		return fmt.Errorf("cannot drain %d in-flight RPCs before the shutdown timeout: %w", cut, ctx.Err())

@@ -93,6 +93,7 @@ func TestAdapterProblemsNameTheVariables(t *testing.T) {
 		"SINK_KAFKA_MAX_POLL_RECORDS": "0", "SINK_KAFKA_PUBLISH_TIMEOUT": "0", "SINK_KAFKA_SESSION_TIMEOUT": "0",
 		"SINK_KAFKA_REBALANCE_TIMEOUT": "0", "SINK_KAFKA_LOG_EPOCH": "\xff", "SINK_HEALTH_INTERVAL": "0", "SINK_HEALTH_TIMEOUT": "0",
 		"SINK_METRICS_MAX_DATASETS": "0", "SINK_GRPC_MAX_CONCURRENT_STREAMS": "0", "SINK_GRPC_MAX_CONNECTION_AGE_GRACE": "-1s",
+		"SINK_MAX_INFLIGHT_OPERATIONS": "-1",
 	}
 	_, err := Load(bad)
 	ce, ok := err.(*ConfigError)
@@ -127,6 +128,7 @@ func TestAdapterProblemsNameTheVariables(t *testing.T) {
 		"SINK_KAFKA_PUBLISH_TIMEOUT must be positive, got 0s",
 		"SINK_KAFKA_REBALANCE_TIMEOUT must be at least 3s, got 0s",
 		"SINK_GRPC_MAX_CONNECTION_AGE_GRACE must not be negative (0 = no limit), got -1s",
+		"SINK_MAX_INFLIGHT_OPERATIONS must not be negative (0 = no bound), got -1",
 		`SINK_MONGODB_HIDDEN_FIELD "_id" must not be`,
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -226,5 +228,30 @@ func TestConfigTableDocMatchesConfig(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "\n"+want) {
 		t.Fatalf("docs/configuration.md's table is out of date; replace it with the output of `go run ./cmd/sink config-table`:\n%s", want)
+	}
+}
+
+// SINK_MAX_INFLIGHT_OPERATIONS: a default bound, 0 for none, and never
+// below the largest request.
+func TestMaxInFlightOperations(t *testing.T) {
+	cfg, err := Load(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.GRPCLimits().MaxInFlightOperations; got != sinkgrpc.DefaultMaxInFlightOperations {
+		t.Errorf("default bound %d, want %d", got, sinkgrpc.DefaultMaxInFlightOperations)
+	}
+	for v, want := range map[string]int{"0": sinkgrpc.Unbounded, "1000": 1000, "50000": 50000} {
+		cfg, err := Load(map[string]string{"SINK_MAX_INFLIGHT_OPERATIONS": v})
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if got := cfg.GRPCLimits().MaxInFlightOperations; got != want {
+			t.Errorf("SINK_MAX_INFLIGHT_OPERATIONS=%s: bound %d, want %d", v, got, want)
+		}
+	}
+	_, err = Load(map[string]string{"SINK_MAX_INFLIGHT_OPERATIONS": "999", "SINK_MAX_OPERATIONS": "1000"})
+	if err == nil || !strings.Contains(err.Error(), "SINK_MAX_INFLIGHT_OPERATIONS (999) must not be below SINK_MAX_OPERATIONS (1000)") {
+		t.Fatalf("a bound below the largest request: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package envconfig
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/sink-io/sink/adapters/sinkgrpc"
@@ -19,6 +20,7 @@ type GRPCConfig struct {
 	KeepaliveMinTime      time.Duration `env:"SINK_GRPC_KEEPALIVE_MIN_TIME" desc:"Shortest interval at which clients may send keepalive pings (also on idle connections); clients that ping more often are disconnected (GOAWAY too_many_pings)."`
 	HandshakeTimeout      time.Duration `env:"SINK_GRPC_HANDSHAKE_TIMEOUT" desc:"How long a new gRPC connection may take to finish its TLS handshake and HTTP/2 preface before it is closed."`
 	MaxHealthWatchers     int           `env:"SINK_GRPC_MAX_HEALTH_WATCHERS" desc:"Most health Watch streams open at once, server-wide (they need no credentials); more are refused with RESOURCE_EXHAUSTED."`
+	MaxInFlightOperations int           `env:"SINK_MAX_INFLIGHT_OPERATIONS" desc:"Most operations (reads, puts, merges, deletes) of the requests a server process works on at once (0 = no bound; at least SINK_MAX_OPERATIONS). A request that would exceed it is refused at once, before any of its work, with RESOURCE_EXHAUSTED, retryable, with a retry delay (google.rpc.RetryInfo). See docs/operations.md."`
 }
 
 // grpcNames maps the fields sinkgrpc.Limits.Validate names to variables.
@@ -28,6 +30,7 @@ var grpcNames = []rename{
 	{"MaxConnectionIdle must be positive", "SINK_GRPC_MAX_CONNECTION_IDLE must not be negative (0 = never)"},
 	{"MaxConnectionAge must be positive", "SINK_GRPC_MAX_CONNECTION_AGE must not be negative (0 = never)"},
 	{"MaxConnectionAgeGrace must be positive", "SINK_GRPC_MAX_CONNECTION_AGE_GRACE must not be negative (0 = no limit)"},
+	{"MaxInFlightOperations must be positive", "SINK_MAX_INFLIGHT_OPERATIONS must not be negative (0 = no bound)"},
 	{"MaxConcurrentStreams", "SINK_GRPC_MAX_CONCURRENT_STREAMS"},
 	{"MaxConnectionIdle", "SINK_GRPC_MAX_CONNECTION_IDLE"},
 	{"MaxConnectionAge", "SINK_GRPC_MAX_CONNECTION_AGE"},
@@ -35,6 +38,7 @@ var grpcNames = []rename{
 	{"KeepaliveMinTime", "SINK_GRPC_KEEPALIVE_MIN_TIME"},
 	{"HandshakeTimeout", "SINK_GRPC_HANDSHAKE_TIMEOUT"},
 	{"MaxHealthWatchers", "SINK_GRPC_MAX_HEALTH_WATCHERS"},
+	{"MaxInFlightOperations", "SINK_MAX_INFLIGHT_OPERATIONS"},
 }
 
 // validate reports the problems of the gRPC limits
@@ -44,7 +48,7 @@ func (g GRPCConfig) validate(unparsed map[string]bool) error {
 }
 
 // GRPCLimits returns the gRPC server limits (0 = never becomes
-// sinkgrpc.Never).
+// sinkgrpc.Never, 0 = no bound sinkgrpc.Unbounded).
 func (c Config) GRPCLimits() sinkgrpc.Limits {
 	g := c.GRPC
 	never := func(d time.Duration) time.Duration {
@@ -61,7 +65,16 @@ func (c Config) GRPCLimits() sinkgrpc.Limits {
 		KeepaliveMinTime:      g.KeepaliveMinTime,
 		HandshakeTimeout:      g.HandshakeTimeout,
 		MaxHealthWatchers:     g.MaxHealthWatchers,
+		MaxInFlightOperations: unbounded(g.MaxInFlightOperations),
 	}
+}
+
+// unbounded returns n, or sinkgrpc.Unbounded for 0.
+func unbounded(n int) int {
+	if n == 0 {
+		return sinkgrpc.Unbounded
+	}
+	return n
 }
 
 // grpcDefaults returns the environment's form of sinkgrpc.DefaultLimits().
@@ -81,5 +94,14 @@ func grpcDefaults() GRPCConfig {
 		KeepaliveMinTime:      l.KeepaliveMinTime,
 		HandshakeTimeout:      l.HandshakeTimeout,
 		MaxHealthWatchers:     l.MaxHealthWatchers,
+		MaxInFlightOperations: l.MaxInFlightOperations,
 	}
+}
+
+// RequestLimitHint names the setting that bounds requests, for the
+// RESOURCE_EXHAUSTED answer to a request message above the limit (the
+// message may hold up to 1 MiB beside the keys and documents: field tags,
+// names, lengths).
+func (c Config) RequestLimitHint() string {
+	return "SINK_MAX_REQUEST_BYTES (" + strconv.Itoa(c.MaxRequestBytes) + ") bounds the keys and documents of one request"
 }

@@ -128,6 +128,9 @@ func (c Config) validateSecurity(unparsed map[string]bool) error {
 	if err := c.GRPC.validate(unparsed); err != nil {
 		errs = append(errs, err)
 	}
+	if m := c.GRPC.MaxInFlightOperations; m > 0 && m < c.MaxOperations {
+		add("SINK_MAX_INFLIGHT_OPERATIONS (%d) must not be below SINK_MAX_OPERATIONS (%d): the largest requests could only run alone", m, c.MaxOperations)
+	}
 	if err := c.Kafka.Security.validate(); err != nil {
 		errs = append(errs, err)
 	}
