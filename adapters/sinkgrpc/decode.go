@@ -37,15 +37,50 @@ var undecodable sync.Map // request message pointer -> error
 
 // requestCodec is the server codec: grpc-go's proto codec, except that it
 // notes (see undecodable) instead of returning the error of a Sink request
-// that cannot be decoded.
-type requestCodec struct{ encoding.CodecV2 }
+// that cannot be decoded, and that it takes its buffers (a request
+// assembled from several frames, a response) from the server's pool (see
+// boundedPool) instead of grpc-go's default pool.
+type requestCodec struct {
+	encoding.CodecV2
+	pool mem.BufferPool
+}
 
-func newRequestCodec() requestCodec {
-	return requestCodec{encoding.GetCodecV2(protoenc.Name)}
+func newRequestCodec(pool mem.BufferPool) requestCodec {
+	return requestCodec{encoding.GetCodecV2(protoenc.Name), pool}
+}
+
+// Marshal encodes v as grpc-go's proto codec does, into a buffer of the
+// codec's pool when v is large enough to be worth one.
+func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.CodecV2.Marshal(v)
+	}
+	size := proto.Size(m)
+	opts := proto.MarshalOptions{UseCachedSize: true} // the size was just computed
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	buf := c.pool.Get(size)
+	if _, err := opts.MarshalAppend((*buf)[:0], m); err != nil {
+		c.pool.Put(buf)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
 }
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	err := c.CodecV2.Unmarshal(data, v)
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(c.pool)
+	err := proto.Unmarshal(buf.ReadOnlyData(), m)
+	buf.Free()
 	if err == nil {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"runtime"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -25,8 +26,13 @@ const ServiceName = "sink.v1.Sink"
 // grow its stack on every request (about a sixth of a single put's server
 // time; under load, 9-12 % of all processor time). Streams beyond the busy
 // workers still get their own goroutine.
+//
+// The server's buffers come from a boundedPool, which keeps at most
+// boundedPoolMaxBytes of freed buffers (see bufpool.go).
 func NewGRPCServer(api sinkv1.SinkServer, hs *health.Server, maxRequestBytes int, opts ...grpc.ServerOption) *grpc.Server {
-	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.ForceServerCodecV2(newRequestCodec()), grpc.NumStreamWorkers(StreamWorkers())}, opts...)
+	pool := newBoundedPool()
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), experimental.BufferPool(pool),
+		grpc.ForceServerCodecV2(newRequestCodec(pool)), grpc.NumStreamWorkers(StreamWorkers())}, opts...)
 	s := grpc.NewServer(opts...)
 	registerSink(s, api) // sinkv1.RegisterSinkServer, with undecodable requests as INVALID_ARGUMENT (decode.go)
 	healthpb.RegisterHealthServer(s, hs)
