@@ -122,6 +122,7 @@ type Connections struct {
 	handshaking map[*trackedConn]struct{}
 
 	inflight atomic.Int64
+	idle     *idleCollector
 }
 
 // NewConnections returns a tracker with no connections.
@@ -129,7 +130,7 @@ func NewConnections(log *slog.Logger) *Connections {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Connections{log: log, handshaking: map[*trackedConn]struct{}{}}
+	return &Connections{log: log, handshaking: map[*trackedConn]struct{}{}, idle: newIdleCollector()}
 }
 
 // Listener returns lis with every accepted connection tracked. Once
@@ -216,12 +217,13 @@ func (c *Connections) Handshaking() int {
 // handler is called until it returns).
 func (c *Connections) InFlight() int { return int(c.inflight.Load()) }
 
-// Track returns api with its RPCs counted in flight while they run; serve
-// what it returns. (Counting here rather than in an interceptor keeps the
+// Track returns api with its RPCs counted in flight while they run, and
+// a garbage collection when they stop coming (idleCollector); serve what
+// it returns. (Counting here rather than in an interceptor keeps the
 // server's chain at one interceptor: a chain of two costs an allocation
 // per RPC.)
 func (c *Connections) Track(api sinkv1.SinkServer) sinkv1.SinkServer {
-	return &trackedAPI{SinkServer: api, inflight: &c.inflight}
+	return &trackedAPI{SinkServer: api, inflight: &c.inflight, idle: c.idle}
 }
 
 // trackedAPI counts the RPCs of the API it wraps while they run. Every
@@ -229,21 +231,25 @@ func (c *Connections) Track(api sinkv1.SinkServer) sinkv1.SinkServer {
 type trackedAPI struct {
 	sinkv1.SinkServer
 	inflight *atomic.Int64
+	idle     *idleCollector
 }
 
 func (t *trackedAPI) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.ReadResponse, error) {
+	t.idle.request()
 	t.inflight.Add(1)
 	defer t.inflight.Add(-1)
 	return t.SinkServer.Read(ctx, req)
 }
 
 func (t *trackedAPI) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.WriteResponse, error) {
+	t.idle.request()
 	t.inflight.Add(1)
 	defer t.inflight.Add(-1)
 	return t.SinkServer.Write(ctx, req)
 }
 
 func (t *trackedAPI) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*sinkv1.DeleteResponse, error) {
+	t.idle.request()
 	t.inflight.Add(1)
 	defer t.inflight.Add(-1)
 	return t.SinkServer.Delete(ctx, req)
