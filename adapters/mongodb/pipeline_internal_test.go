@@ -2,10 +2,13 @@ package mongodb
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/sink-io/sink/domain"
@@ -198,4 +201,28 @@ func eval(t *testing.T, expr bsoncore.Value, root bsoncore.Document) (bsoncore.V
 		}
 	}
 	return bsoncore.Value{Type: bsoncore.TypeEmbeddedDocument, Data: db.Build()}, true
+}
+
+// Only the server's own refusal settles that it takes no update pipelines;
+// a failure to get an answer, or the driver's own error, decides nothing.
+func TestRefusedIsOnlyTheServersAnswer(t *testing.T) {
+	cases := map[string]struct {
+		err  error
+		want bool
+	}{
+		"FerretDB's TypeMismatch": {mongo.CommandError{Code: 14, Name: "TypeMismatch"}, true},
+		"an unknown stage":        {mongo.CommandError{Code: 40324, Name: "Location40324"}, true},
+		"a write error":           {mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: 9, Message: "FailedToParse"}}}, true},
+		"shutting down":           {mongo.CommandError{Code: 91, Name: "ShutdownInProgress"}, false},
+		"not primary":             {mongo.CommandError{Code: 10107, Name: "NotWritablePrimary"}, false},
+		"a network error":         {mongo.CommandError{Code: 9001, Labels: []string{"NetworkError"}}, false},
+		"unauthorized":            {mongo.CommandError{Code: 13, Name: "Unauthorized"}, false},
+		"a timeout":               {context.DeadlineExceeded, false},
+		"the driver's own error":  {errors.New("update document must contain key beginning with '$'"), false},
+	}
+	for name, c := range cases {
+		if got := refused(c.err); got != c.want {
+			t.Errorf("%s: refused = %v, want %v", name, got, c.want)
+		}
+	}
 }
