@@ -94,6 +94,10 @@ type Options struct {
 	// TracerProvider makes a span per Read and Write call (nil: no
 	// tracing; see tracing.go).
 	TracerProvider trace.TracerProvider
+	// NoUpdatePipelines makes puts without a mark keep the record's mark
+	// with the filter {_id, "<hidden>.m": {$exists: false}} even on servers
+	// that take update pipelines (see pipelines).
+	NoUpdatePipelines bool
 }
 
 // DefaultOptions returns Options with every default filled in.
@@ -163,6 +167,9 @@ type Store struct {
 	// untrustedUpdateBulks is set once the server answered an update bulk
 	// in a way that does not attribute results to operations (FerretDB).
 	untrustedUpdateBulks atomic.Bool
+	// pipelineState is pipelinesUnknown, pipelinesYes or pipelinesNo (see
+	// pipelines).
+	pipelineState atomic.Int32
 
 	mu    sync.RWMutex
 	colls map[target]*mongo.Collection
@@ -181,7 +188,7 @@ func New(client *mongo.Client, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the MongoDB store: %w", err)
 	}
-	return &Store{
+	s := &Store{
 		client:          client,
 		enc:             encoder{hidden: opts.HiddenField, store: opts.Store, reserve: metaOverhead(opts.HiddenField, opts.MarkRing)},
 		markRing:        opts.MarkRing,
@@ -191,7 +198,11 @@ func New(client *mongo.Client, opts Options) (*Store, error) {
 		bulkConcurrency: opts.BulkConcurrency,
 		colls:           map[target]*mongo.Collection{},
 		tracer:          tracerOf(opts.TracerProvider),
-	}, nil
+	}
+	if opts.NoUpdatePipelines {
+		s.pipelineState.Store(pipelinesNo)
+	}
+	return s, nil
 }
 
 // HiddenField returns the name of the hidden metadata field.
@@ -420,4 +431,5 @@ func parallel(limit, n int, fn func(i int)) {
 var (
 	unorderedBulk = options.BulkWrite().SetOrdered(false)
 	upsert        = options.Replace().SetUpsert(true)
+	upsertUpdate  = options.UpdateOne().SetUpsert(true)
 )

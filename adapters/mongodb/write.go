@@ -80,8 +80,10 @@ func (s *Store) prepare(i int, op *ports.WriteOp) (*item, error) {
 		if it.body, err = s.enc.body(op.Address.Key, op.Document, true); err != nil {
 			return nil, invalidArg("%v", err)
 		}
-		if op.Mark == nil {
+		if op.Mark == nil && (op.Condition.Kind == ports.ConditionAbsent || s.pipelineState.Load() != pipelinesYes) {
 			// Replacements keep the stored _id as it is (see assemble).
+			// With update pipelines only creates send the document as it
+			// is (keepMarkPipeline builds the others).
 			it.doc = s.enc.assemble(it.body, op.Condition.Kind == ports.ConditionAbsent, it.rev, domain.AppliedMark{})
 		}
 		it.bulk = op.Mark == nil && (op.Condition.Kind == ports.ConditionNone || op.Condition.Kind == ports.ConditionAbsent)
@@ -103,10 +105,12 @@ func (s *Store) prepare(i int, op *ports.WriteOp) (*item, error) {
 //   - unconditional puts (upserts) and creates without a mark go to
 //     unordered bulk writes, one per collection and BulkChunk operations
 //     (BulkConcurrency of them at once), and each operation's result is
-//     recovered from the bulk result and error. Upserts match only records
-//     without an applied mark; one that meets a record with a mark (a
-//     duplicate key) is redone on its own, carrying the mark over
-//     (putKeepingMark);
+//     recovered from the bulk result and error. Upserts keep the record's
+//     applied mark: on servers with update pipelines they filter on _id
+//     alone and the pipeline carries the mark over (keepMarkPipeline);
+//     elsewhere they match only records without a mark, and one that meets
+//     a record with a mark (a duplicate key) is redone carrying the mark
+//     over (markedChunk);
 //   - writes with a mark (other than revision-conditional ones with a Base)
 //     read the chunk's hidden fields with one query, check the marks, and
 //     write with one unordered bulk write conditional on what was read
@@ -242,10 +246,17 @@ func (s *Store) bulkWrite(ctx context.Context, t target, items []*item, out []po
 func (s *Store) bulkCommand(ctx context.Context, t target, items []*item, out []ports.WriteResult) {
 	coll := s.collection(t)
 	models := make([]mongo.WriteModel, len(items))
+	pipe := items[0].upsert() && s.pipelines(ctx, coll)
 	for j, it := range items {
-		if it.upsert() {
+		switch {
+		case it.upsert() && pipe:
+			models[j] = mongo.NewUpdateOneModel().SetFilter(idFilter(it.id)).SetUpdate(s.enc.keepMarkPipeline(it.body, it.rev)).SetUpsert(true)
+		case it.upsert():
+			if it.doc == nil {
+				it.doc = s.enc.assemble(it.body, false, it.rev, domain.AppliedMark{})
+			}
 			models[j] = mongo.NewReplaceOneModel().SetFilter(s.noMarkFilter(it.id)).SetReplacement(bson.Raw(it.doc)).SetUpsert(true)
-		} else {
+		default:
 			models[j] = mongo.NewInsertOneModel().SetDocument(bson.Raw(it.doc))
 		}
 	}
@@ -449,29 +460,39 @@ func aborted(it *item) ports.WriteResult {
 }
 
 // putKeepingMark runs a put without a mark (upsert, replace or
-// revision-conditional) and keeps the record's applied mark. Most records
-// have none, so the put first replaces (or creates) the record only while
-// it has no mark: one round trip. Otherwise it reads the record's hidden
-// field and replaces the record conditional on the revision it read,
-// carrying the mark over; a concurrent change makes it start again, a
-// bounded number of times.
+// revision-conditional) and keeps the record's applied mark. On servers
+// with update pipelines the update carries the mark over itself, with the
+// filter of the put's condition alone (keepMarkPipeline): one round trip.
+// Elsewhere most records have no mark, so the put first replaces (or
+// creates) the record only while it has no mark: one round trip.
+// Otherwise it reads the record's hidden field and replaces the record
+// conditional on the revision it read, carrying the mark over; a
+// concurrent change makes it start again, a bounded number of times.
 func (s *Store) putKeepingMark(ctx context.Context, coll *mongo.Collection, it *item) ports.WriteResult {
 	op := it.op
+	pipe := s.pipelines(ctx, coll)
+	if !pipe && it.doc == nil {
+		it.doc = s.enc.assemble(it.body, false, it.rev, domain.AppliedMark{})
+	}
 	for range maxMarkAttempts {
-		filter := s.noMarkFilter(it.id)
+		filter := idFilter(it.id)
 		if op.Condition.Kind == ports.ConditionRevision {
 			var ok bool
 			if filter, ok = s.revisionFilter(it.id, op.Condition.Revision); !ok {
 				return s.conditionFailed(ctx, it)
 			}
-			filter = s.andNoMark(filter)
 		}
 		var res *mongo.UpdateResult
 		var err error
-		if op.Condition.Kind == ports.ConditionNone {
-			res, err = coll.ReplaceOne(ctx, filter, bson.Raw(it.doc), upsert)
-		} else {
-			res, err = coll.ReplaceOne(ctx, filter, bson.Raw(it.doc))
+		switch {
+		case pipe && op.Condition.Kind == ports.ConditionNone:
+			res, err = coll.UpdateOne(ctx, filter, s.enc.keepMarkPipeline(it.body, it.rev), upsertUpdate)
+		case pipe:
+			res, err = coll.UpdateOne(ctx, filter, s.enc.keepMarkPipeline(it.body, it.rev))
+		case op.Condition.Kind == ports.ConditionNone:
+			res, err = coll.ReplaceOne(ctx, s.andNoMark(filter), bson.Raw(it.doc), upsert)
+		default:
+			res, err = coll.ReplaceOne(ctx, s.andNoMark(filter), bson.Raw(it.doc))
 		}
 		switch {
 		case err == nil && res.MatchedCount+res.UpsertedCount > 0:

@@ -36,17 +36,20 @@ import (
 // the same call): it never holds more than the requests being decoded.
 var undecodable sync.Map // request message pointer -> error
 
-// requestCodec is the server codec: grpc-go's proto codec, except that it
-// notes (see undecodable) instead of returning the error of a Sink request
-// that cannot be decoded, and notes a Sink request message larger than the
-// limit without decoding it (the status it notes is answered as it is).
+// requestCodec is the server codec: Sink's codec (vtcodec, protobuf's wire
+// format) with its buffers (a request assembled from several frames, a
+// response) from the server's pool (see boundedPool) instead of grpc-go's
+// default pool, except that it notes (see undecodable) instead of
+// returning the error of a Sink request that cannot be decoded, and notes
+// a Sink request message larger than the limit without decoding it (the
+// status it notes is answered as it is).
 type requestCodec struct {
 	encoding.CodecV2
 	limit RequestLimit
 }
 
-func newRequestCodec(limit RequestLimit) requestCodec {
-	return requestCodec{vtcodec.New(), limit}
+func newRequestCodec(limit RequestLimit, pool mem.BufferPool) requestCodec {
+	return requestCodec{vtcodec.WithPool(pool), limit}
 }
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {

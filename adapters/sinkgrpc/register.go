@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -47,8 +48,13 @@ func (l RequestLimit) grpcLimit() int { return int(min(2*int64(l.Bytes), math.Ma
 // grow its stack on every request (about a sixth of a single put's server
 // time; under load, 9-12 % of all processor time). Streams beyond the busy
 // workers still get their own goroutine.
+//
+// The server's buffers come from a boundedPool, which keeps at most
+// boundedPoolMaxBytes of freed buffers (see bufpool.go).
 func NewGRPCServer(api sinkv1.SinkServer, hs *health.Server, limit RequestLimit, opts ...grpc.ServerOption) *grpc.Server {
-	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit.grpcLimit()), grpc.ForceServerCodecV2(newRequestCodec(limit)), grpc.NumStreamWorkers(StreamWorkers())}, opts...)
+	pool := newBoundedPool()
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit.grpcLimit()), experimental.BufferPool(pool),
+		grpc.ForceServerCodecV2(newRequestCodec(limit, pool)), grpc.NumStreamWorkers(StreamWorkers())}, opts...)
 	s := grpc.NewServer(opts...)
 	registerSink(s, api) // sinkv1.RegisterSinkServer, with undecodable requests as INVALID_ARGUMENT (decode.go)
 	healthpb.RegisterHealthServer(s, hs)

@@ -123,7 +123,8 @@ type Connections struct {
 	closing     bool
 	handshaking map[*trackedConn]struct{}
 
-	adm *admission
+	adm  *admission
+	idle *idleCollector
 }
 
 // NewConnections returns a tracker with no connections.
@@ -131,7 +132,7 @@ func NewConnections(log *slog.Logger) *Connections {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Connections{log: log, handshaking: map[*trackedConn]struct{}{}, adm: newAdmission()}
+	return &Connections{log: log, handshaking: map[*trackedConn]struct{}{}, adm: newAdmission(), idle: newIdleCollector()}
 }
 
 // LimitOperations bounds the operations of the Sink RPCs in flight (the
@@ -239,13 +240,14 @@ func (c *Connections) InFlight() int { return c.adm.rpcs() }
 func (c *Connections) InFlightOperations() int { return c.adm.operations() }
 
 // Track returns api with its RPCs and their operations counted in flight
-// while they run, and requests beyond the bound of LimitOperations
-// refused; serve what it returns. (Counting and admitting here rather than
+// while they run, requests beyond the bound of LimitOperations refused,
+// and a garbage collection when requests stop coming (idleCollector);
+// serve what it returns. (Counting and admitting here rather than
 // in an interceptor keeps the server's chain at one interceptor: a chain
 // of two costs an allocation per RPC. Both cost one atomic addition per
 // RPC on the way in and one on the way out, plus one for the drain rate.)
 func (c *Connections) Track(api sinkv1.SinkServer) sinkv1.SinkServer {
-	return &trackedAPI{SinkServer: api, adm: c.adm}
+	return &trackedAPI{SinkServer: api, adm: c.adm, idle: c.idle}
 }
 
 // trackedAPI counts the RPCs of the API it wraps while they run, and
@@ -253,10 +255,12 @@ func (c *Connections) Track(api sinkv1.SinkServer) sinkv1.SinkServer {
 // (TestTrackCountsEverySinkRPC).
 type trackedAPI struct {
 	sinkv1.SinkServer
-	adm *admission
+	adm  *admission
+	idle *idleCollector
 }
 
 func (t *trackedAPI) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.ReadResponse, error) {
+	t.idle.request()
 	n := len(req.GetOperations())
 	if err := t.adm.enter(n); err != nil {
 		return nil, err
@@ -266,6 +270,7 @@ func (t *trackedAPI) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1
 }
 
 func (t *trackedAPI) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.WriteResponse, error) {
+	t.idle.request()
 	n := len(req.GetOperations())
 	if err := t.adm.enter(n); err != nil {
 		return nil, err
@@ -275,6 +280,7 @@ func (t *trackedAPI) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sink
 }
 
 func (t *trackedAPI) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*sinkv1.DeleteResponse, error) {
+	t.idle.request()
 	n := len(req.GetOperations())
 	if err := t.adm.enter(n); err != nil {
 		return nil, err

@@ -30,13 +30,20 @@ type message interface {
 // Codec implements encoding.CodecV2.
 type Codec struct {
 	fallback encoding.CodecV2
+	pool     mem.BufferPool
 }
 
-// New returns the codec.
-func New() Codec { return Codec{fallback: encoding.GetCodecV2(protoenc.Name)} }
+// New returns the codec, with buffers from grpc-go's default pool.
+func New() Codec { return WithPool(mem.DefaultBufferPool()) }
 
-// Marshal marshals v into one buffer of its exact size (from grpc's buffer
-// pool above its pooling threshold, as the stock codec does).
+// WithPool returns the codec with buffers from pool (a server that bounds
+// what it keeps passes its own pool, the one it gives grpc-go).
+func WithPool(pool mem.BufferPool) Codec {
+	return Codec{fallback: encoding.GetCodecV2(protoenc.Name), pool: pool}
+}
+
+// Marshal marshals v into one buffer of its exact size (from the codec's
+// pool above grpc-go's pooling threshold, as the stock codec does).
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(message)
 	if !ok {
@@ -50,13 +57,12 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
 	}
-	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
+	buf := c.pool.Get(size)
 	if _, err := m.MarshalToSizedBufferVT((*buf)[:size]); err != nil {
-		pool.Put(buf)
+		c.pool.Put(buf)
 		return nil, err
 	}
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	return mem.BufferSlice{mem.NewBuffer(buf, c.pool)}, nil
 }
 
 // Unmarshal unmarshals data into v, refusing string fields that are not
@@ -68,7 +74,7 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.fallback.Unmarshal(data, v)
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	buf := data.MaterializeToBuffer(c.pool)
 	defer buf.Free()
 	b := buf.ReadOnlyData()
 	if err := checkUTF8(b, infoOf(m.ProtoReflect().Descriptor()), 0); err != nil {
