@@ -117,7 +117,13 @@ func ObservabilityModule() fx.Option {
 				newOpsHTTP,
 			),
 			HealthCheck("storage", func(s ports.Storage) ports.HealthChecker { return ports.HealthCheckFunc(s.Ping) }),
-			HealthCheck("other stores", func(e ExtraStores) ports.HealthChecker { return ports.HealthCheckFunc(e.Ping) }),
+			// The other stores a process serves, when it serves more than one.
+			fx.Provide(fx.Annotate(func(e ExtraStores) []application.Dependency {
+				if len(e) == 0 {
+					return nil
+				}
+				return []application.Dependency{{Name: "other stores", Checker: ports.HealthCheckFunc(e.Ping)}}
+			}, fx.ResultTags(`group:"health_checks,flatten"`))),
 			// Opens on start, before the roles' listeners; stops after them.
 			fx.Invoke(func(lc fx.Lifecycle, s *HTTPEndpoint) {
 				if s != nil {

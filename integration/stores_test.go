@@ -124,6 +124,11 @@ func TestOneProcessServesSeveralStores(t *testing.T) {
 		t.Fatalf("PostgreSQL has %q tables, want 1", out)
 	}
 
+	// Readiness checks the other stores too.
+	if code, body, _ := opsGet("http://" + s.HTTPAddr + "/readyz"); code != 200 || !strings.Contains(body, "other stores: ok") {
+		t.Fatalf("/readyz: %d %q", code, body)
+	}
+
 	// Queued mutations to both databases: the worker applies each to its
 	// store.
 	async, err := s.Client.Write(ctx, &sinkv1.WriteRequest{Completion: returnAccepted, Operations: []*sinkv1.WriteOperation{
