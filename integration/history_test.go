@@ -17,9 +17,13 @@ import (
 	"github.com/anishathalye/porcupine"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/fx"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/testkit/kafkatest"
 	"github.com/sink-io/sink/internal/testkit/mongotest"
 	"github.com/sink-io/sink/internal/testkit/pgtest"
 	"github.com/sink-io/sink/internal/testkit/sinktest"
@@ -426,29 +430,75 @@ func checkHistory(t *testing.T, history []porcupine.Operation) porcupine.CheckRe
 		}
 	}
 	t.Logf("%d operations (%d with an unknown outcome): %s", len(history), unknown, res)
+	if res == porcupine.Illegal {
+		logIllegalRecord(t, history)
+	}
 	return res
 }
 
-// historyServers are two servers over one store: st (in the test
-// process) or the store env names. A server can be restarted under load.
-type historyServers struct {
-	t        *testing.T
-	start    func() *sinktest.Server
-	mu       sync.Mutex
-	srv      [2]*sinktest.Server
-	restarts int
+// logIllegalRecord logs the history of the first record whose own history
+// is not linearizable, in call order (at most 80 operations, the last
+// ones before the check fails are what matter).
+func logIllegalRecord(t *testing.T, history []porcupine.Operation) {
+	t.Helper()
+	for _, part := range historyModel.Partition(history) {
+		if porcupine.CheckOperations(historyModel.ToModel(), part) {
+			continue
+		}
+		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
+		from := max(0, len(part)-80)
+		t.Logf("record %s is not linearizable; its last %d operations (call, return in µs since the start):", part[0].Input.(hInput).key, len(part)-from)
+		for _, op := range part[from:] {
+			ret := "never"
+			if op.Return != math.MaxInt64 {
+				ret = strconv.FormatInt(op.Return/1000, 10)
+			}
+			t.Logf("  %d-%s client %d: %s", op.Call/1000, ret, op.ClientId, historyModel.DescribeOperation(op.Input, op.Output))
+		}
+		return
+	}
 }
 
+// historyServer is one server of a history run: its client, and how to
+// end it (kill: at once, as SIGKILL; otherwise a graceful stop, as on
+// SIGTERM).
+type historyServer struct {
+	client sinkv1.SinkClient
+	stop   func(kill bool)
+}
+
+// historyServers are two servers over one store. A server can be
+// restarted under load.
+type historyServers struct {
+	t     *testing.T
+	start func() historyServer
+	// kills: every other restart kills the server instead of stopping it
+	// (servers that are processes); afterRestart runs after each restart
+	// (another fault, such as killed database connections).
+	kills        bool
+	afterRestart func()
+	mu           sync.Mutex
+	srv          [2]historyServer
+	restarts     int
+}
+
+// newHistoryServers starts two servers in the test process over st, or
+// over the store env names.
 func newHistoryServers(t *testing.T, env map[string]string, st ports.Storage) *historyServers {
 	t.Helper()
 	env = mergeEnv(env, map[string]string{"SINK_IDEMPOTENCY_RING": "1024"})
-	h := &historyServers{t: t, start: func() *sinktest.Server {
+	return startHistoryServers(t, func() historyServer {
 		var opts []fx.Option
 		if st != nil {
 			opts = append(opts, fx.Decorate(func(ports.Storage) ports.Storage { return st }))
 		}
-		return sinktest.Start(t, env, opts...)
-	}}
+		s := sinktest.Start(t, env, opts...)
+		return historyServer{client: s.Client, stop: func(bool) { s.Stop(t) }}
+	})
+}
+
+func startHistoryServers(t *testing.T, start func() historyServer) *historyServers {
+	h := &historyServers{t: t, start: start}
 	for i := range h.srv {
 		h.srv[i] = h.start()
 	}
@@ -459,12 +509,12 @@ func newHistoryServers(t *testing.T, env map[string]string, st ports.Storage) *h
 func (h *historyServers) client(i int) sinkv1.SinkClient {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.srv[i%len(h.srv)].Client
+	return h.srv[i%len(h.srv)].client
 }
 
-// restart stops server i while clients use it (a graceful shutdown, as on
-// SIGTERM: what it had accepted finishes, new calls fail) and starts a new
-// one in its place.
+// restart ends server i while clients use it (gracefully: what it had
+// accepted finishes, new calls fail; or, every other time with kills, at
+// once) and starts a new one in its place.
 //
 // Calls that were under way when it stopped may have an unknown outcome;
 // clients wait for the new server before their next call (as a client
@@ -473,9 +523,68 @@ func (h *historyServers) client(i int) sinkv1.SinkClient {
 func (h *historyServers) restart(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.srv[i].Stop(h.t)
+	h.srv[i].stop(h.kills && h.restarts%2 == 1)
 	h.srv[i] = h.start()
 	h.restarts++
+	if h.afterRestart != nil {
+		h.afterRestart()
+	}
+}
+
+// Server processes of the sink binary over PostgreSQL, with faults that
+// only processes and a real database have: a server SIGKILLed and one
+// stopped with SIGTERM under load, and every database connection of the
+// servers terminated (pg_terminate_backend) at each restart.
+func TestHistoryLinearizableServerProcesses(t *testing.T) {
+	asyncSkipShort(t)
+	db := pgtest.Shared(t).NewDatabase(t)
+	bin := buildBinary(t, "./cmd/sink", "sink")
+	h := startHistoryServers(t, func() historyServer {
+		port := kafkatest.FreePort(t)
+		p := asyncStartProcess(t, bin, []string{"SINK_MODE=server", "SINK_GRPC_ADDRESS=127.0.0.1:" + strconv.Itoa(port),
+			"SINK_HTTP_ADDRESS=off", "SINK_POSTGRES_URL=" + db, "SINK_IDEMPOTENCY_RING=1024", "SINK_LOG_LEVEL=warn"})
+		conn, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(port), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "the server process to serve", func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+			return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING, fmt.Sprint(r, err)
+		})
+		return historyServer{client: sinkv1.NewSinkClient(conn), stop: func(kill bool) {
+			if kill {
+				_ = p.kill()
+			} else if err := p.term(); err != nil {
+				t.Errorf("stopping a server: %v", err)
+			}
+			_ = conn.Close()
+		}}
+	})
+	h.kills = os.Getenv("DBG_NOKILL") == ""
+	terminated := 0
+	h.afterRestart = func() {
+		if os.Getenv("DBG_NOTERM") != "" {
+			terminated++
+			return
+		}
+		out := pgtest.PSQL(t, db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+		n, _ := strconv.Atoi(strings.TrimSpace(out))
+		terminated += n
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	ops := historyOps(150)
+	run := historyRun{clients: 6, ops: ops, records: max(4, 6*ops/1000), seed: seed, restarts: 3}
+	history := run.run(t, "hist", h)
+	t.Logf("servers restarted %d times under load (SIGTERM and SIGKILL in turn); %d database connections terminated", h.restarts, terminated)
+	if h.restarts < 3 || terminated == 0 {
+		t.Fatalf("the faults did not happen: %d restarts, %d connections terminated", h.restarts, terminated)
+	}
+	if res := checkHistory(t, history); res != porcupine.Ok {
+		t.Fatalf("the history is %s: not linearizable", res)
+	}
 }
 
 func mergeEnv(a, b map[string]string) map[string]string {
