@@ -562,13 +562,9 @@ func TestHistoryLinearizableServerProcesses(t *testing.T) {
 			_ = conn.Close()
 		}}
 	})
-	h.kills = os.Getenv("DBG_NOKILL") == ""
+	h.kills = true
 	terminated := 0
 	h.afterRestart = func() {
-		if os.Getenv("DBG_NOTERM") != "" {
-			terminated++
-			return
-		}
 		out := pgtest.PSQL(t, db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
 		n, _ := strconv.Atoi(strings.TrimSpace(out))
 		terminated += n
