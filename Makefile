@@ -105,7 +105,7 @@ soak:
 HISTORY_OPS ?= 5000
 
 test-history:
-	SINK_HISTORY_OPS='$(HISTORY_OPS)' SINK_HISTORY_CHECK_TIMEOUT=10m SINK_HISTORY_PROCESSES=1 $(GO) test -count=1 -timeout 60m -v -run '^TestHistory' ./integration/
+	SINK_HISTORY_OPS='$(HISTORY_OPS)' SINK_HISTORY_CHECK_TIMEOUT=10m $(GO) test -count=1 -timeout 60m -v -run '^TestHistory' ./integration/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
