@@ -57,12 +57,20 @@ func testTracingAsyncWrite(t *testing.T, env map[string]string, a *sinkv1.Record
 	isWrite := func(sp sdktrace.ReadOnlySpan) bool {
 		return hasAttr(sp, "db.operation.name", "write") && hasAttr(sp, "db.system.name", system)
 	}
+	isServer := func(sp sdktrace.ReadOnlySpan) bool {
+		return sp.SpanKind() == trace.SpanKindServer && sp.Name() == "sink.v1.Sink/Write"
+	}
 	var spans []sdktrace.ReadOnlySpan
-	eventually(t, 30*time.Second, "the worker's storage write span", func() (bool, string) {
+	// (The server's span ends after its answer left, so it may end after
+	// the client has the answer, and even after the worker applied it.)
+	eventually(t, 30*time.Second, "the gRPC server span and the worker's storage write span", func() (bool, string) {
 		if err := tp.ForceFlush(context.Background()); err != nil {
 			return false, err.Error()
 		}
 		spans = rec.Ended()
+		if findSpan(spans, isServer) == nil {
+			return false, describeSpans(spans)
+		}
 		for _, sp := range spans {
 			if isWrite(sp) && sp.Parent().IsValid() {
 				if p := findSpan(spans, func(p sdktrace.ReadOnlySpan) bool { return p.SpanContext().SpanID() == sp.Parent().SpanID() }); p != nil && p.Name() == asyncTopic+" process" {
@@ -73,9 +81,7 @@ func testTracingAsyncWrite(t *testing.T, env map[string]string, a *sinkv1.Record
 		return false, describeSpans(spans)
 	})
 
-	server := findSpan(spans, func(sp sdktrace.ReadOnlySpan) bool {
-		return sp.SpanKind() == trace.SpanKindServer && sp.Name() == "sink.v1.Sink/Write"
-	})
+	server := findSpan(spans, isServer)
 	if server == nil {
 		t.Fatalf("no gRPC server span for Write; spans: %s", describeSpans(spans))
 	}
