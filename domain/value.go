@@ -50,7 +50,7 @@ type Field struct {
 }
 
 // Null, Bool, Int, Float and String make scalar values.
-func Null() Value               { return Value{Kind: ValueNull} }
+func Null() Value                { return Value{Kind: ValueNull} }
 func BoolValue(b bool) Value     { return Value{Kind: ValueBool, Bool: b} }
 func IntValue(n int64) Value     { return Value{Kind: ValueNumber, Int: n} }
 func FloatValue(f float64) Value { return Value{Kind: ValueNumber, Float: f, IsFloat: true} }
