@@ -77,7 +77,7 @@ func (d *Differential) Run(ctx context.Context, t testing.TB, seed uint64, round
 		}
 		for range filters {
 			f := RandomFilter(r)
-			q := ports.ScanQuery{Filter: f, Descending: r.IntN(2) == 0, Limit: []int{1, 3, 10, 50, 1000, 1000}[r.IntN(6)]}
+			q := ports.ScanQuery{Filter: f, Descending: r.IntN(2) == 0, Limit: []int{2, 25, 1000, 1000, 1000, 1000}[r.IntN(6)]}
 			if r.IntN(4) == 0 {
 				a, b := keys[r.IntN(len(keys))], keys[r.IntN(len(keys))]
 				if domain.CompareKeys(a, b) > 0 {

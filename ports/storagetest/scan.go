@@ -404,7 +404,7 @@ func testScanFilterSuperset(t *testing.T, h *scanHarness) {
 				want = append(want, k)
 			}
 		}
-		got, _ := ScanAll(h.ctx, t, h.sc, ports.ScanQuery{Dataset: d, Filter: f, Limit: 7}, matcher(t, f))
+		got, _ := ScanAll(h.ctx, t, h.sc, ports.ScanQuery{Dataset: d, Filter: f, Limit: 25}, matcher(t, f))
 		if !equalKeys(got, want) {
 			t.Fatalf("filter %s: keys %v, want %v", FormatFilter(f), got, want)
 		}
