@@ -118,6 +118,9 @@ FUZZ_TARGETS := \
 	./adapters/declarative:FuzzDeclarative \
 	./adapters/mongodb:FuzzStoredDocumentRoundTrip \
 	./adapters/mongodb:FuzzParseBindings \
+	./adapters/mongodb:FuzzScanDifferential \
+	./adapters/memory:FuzzScanJSONAndBSON \
+	./internal/celfilter:FuzzCompile \
 	./adapters/auth:FuzzParseAuthorizationFile
 
 fuzz:

@@ -150,3 +150,13 @@ func TestDifferentialJSONAndBSON(t *testing.T) {
 		t.Fatalf("compared %d cases", n)
 	}
 }
+
+// FuzzScanJSONAndBSON runs the JSON/BSON differential from fuzzed seeds.
+func FuzzScanJSONAndBSON(f *testing.F) {
+	f.Add(uint64(2))
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		d := storagetest.Differential{Reference: memory.New(), Subject: memory.New(), Store: "p", RefNamespace: "n", Namespace: "n",
+			Encode: storagetest.EncodeJSON, SubjectEncode: storagetest.EncodeBSON}
+		d.Run(t.Context(), t, seed, 1, 30, 30)
+	})
+}

@@ -59,7 +59,7 @@ func Compile(src string) (*domain.Filter, error) {
 		errs := iss.Errors()
 		if len(errs) > 0 {
 			loc := errs[0].Location
-			return nil, &Error{Line: loc.Line(), Column: loc.Column() + 1, Message: "syntax error: " + oneLine(errs[0].Message)}
+			return nil, &Error{Line: max(loc.Line(), 1), Column: max(loc.Column()+1, 1), Message: "syntax error: " + oneLine(errs[0].Message)}
 		}
 		return nil, &Error{Line: 1, Column: 1, Message: "syntax error: " + oneLine(iss.Err().Error())}
 	}
@@ -80,7 +80,7 @@ type compiler struct{ info *celast.SourceInfo }
 
 func (c *compiler) errorf(e celast.Expr, format string, args ...any) error {
 	loc := c.info.GetStartLocation(e.ID())
-	return &Error{Line: max(loc.Line(), 1), Column: loc.Column() + 1, Message: fmt.Sprintf(format, args...)}
+	return &Error{Line: max(loc.Line(), 1), Column: max(loc.Column()+1, 1), Message: fmt.Sprintf(format, args...)}
 }
 
 var comparisons = map[string]domain.FilterOp{

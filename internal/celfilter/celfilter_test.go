@@ -62,3 +62,24 @@ func TestCompileRejectsWithPosition(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCompile: any input compiles to a valid tree or fails with a
+// positioned error; it never panics.
+func FuzzCompile(f *testing.F) {
+	for _, s := range []string{`doc.a > 1 && doc.b == "x"`, `has(doc.a) || !(doc.c in [1, null])`, `doc["x"].startsWith("é")`, `1 < doc.a`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		tree, err := celfilter.Compile(src)
+		if err != nil {
+			var ce *celfilter.Error
+			if !errors.As(err, &ce) || ce.Line < 1 || ce.Column < 1 {
+				t.Fatalf("%q: error without a position: %v", src, err)
+			}
+			return
+		}
+		if verr := domain.ValidateFilter(tree, "filter"); verr != nil {
+			t.Fatalf("%q compiled to an invalid tree: %v", src, verr)
+		}
+	})
+}
