@@ -31,15 +31,64 @@ func (s *Store) each(ctx context.Context, d domain.DatasetRef, accept func(domai
 			if !strings.HasPrefix(string(id), prefix) {
 				continue
 			}
-			a, err := domain.DecodeAddress([]byte(id))
-			if err != nil || !accept(a.Key) {
+			k, ok := keyOf(string(id)[len(prefix):])
+			if !ok || !accept(k) {
 				continue
 			}
-			fn(a.Key, e)
+			fn(k, e)
 		}
 		sh.mu.RUnlock()
 	}
 	return nil
+}
+
+// keyOf decodes the key part of a record ID (domain.AppendAddress: the
+// kind byte, then a uvarint length and the bytes of a string or bytes key,
+// 8 big-endian bytes of an int64, or 12 bytes of an ObjectID) without
+// decoding the rest again.
+func keyOf(s string) (domain.Key, bool) {
+	if len(s) < 1 {
+		return domain.Key{}, false
+	}
+	kind, s := domain.KeyKind(s[0]), s[1:]
+	switch kind {
+	case domain.KeyInt64:
+		if len(s) != 8 {
+			return domain.Key{}, false
+		}
+		var u uint64
+		for i := range 8 {
+			u = u<<8 | uint64(s[i])
+		}
+		return domain.Int64Key(int64(u)), true
+	case domain.KeyObjectID:
+		if len(s) != domain.ObjectIDLength {
+			return domain.Key{}, false
+		}
+		return domain.ObjectIDKey([]byte(s)), true
+	case domain.KeyString, domain.KeyBytes:
+		n, w := uvarint(s)
+		if w <= 0 || uint64(len(s)-w) != n {
+			return domain.Key{}, false
+		}
+		if kind == domain.KeyString {
+			return domain.StringKey(s[w:]), true
+		}
+		return domain.BytesKey([]byte(s[w:])), true
+	}
+	return domain.Key{}, false
+}
+
+func uvarint(s string) (uint64, int) {
+	var x uint64
+	for i := 0; i < len(s) && i < 10; i++ {
+		c := s[i]
+		x |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			return x, i + 1
+		}
+	}
+	return 0, -1
 }
 
 // Scan implements ports.Scanner. It evaluates no filter: the application
