@@ -273,3 +273,33 @@ func TestCount(t *testing.T) {
 		t.Fatalf("count past its scan limit: %v", err)
 	}
 }
+
+func TestScanPageBytesAreBounded(t *testing.T) {
+	st := memory.New()
+	big := strings.Repeat("x", 300_000)
+	for i := range 10 {
+		a := domain.Address{Store: application.DefaultConfig().Store, Namespace: "n", Dataset: "d", Key: domain.Int64Key(int64(i))}
+		if r := st.Write(context.Background(), []ports.WriteOp{{Kind: ports.WritePut, Address: a, Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: fmt.Appendf(nil, `{"s":%q}`, big)}}})[0]; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	s, err := application.NewService(application.DefaultConfig(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pages := scanAllPages(t, context.Background(), s, application.ScanRequest{Spec: scanSpec(), PageSize: 100})
+	total := 0
+	for _, p := range pages {
+		size := 0
+		for _, r := range p.Records {
+			size += len(r.Document.Data)
+		}
+		if size-len(p.Records[len(p.Records)-1].Document.Data) >= domain.MaxScanPageBytes {
+			t.Fatalf("a page of %d records holds %d bytes", len(p.Records), size)
+		}
+		total += len(p.Records)
+	}
+	if len(pages) < 2 || total != 10 {
+		t.Fatalf("%d pages, %d records", len(pages), total)
+	}
+}

@@ -14,8 +14,9 @@ const (
 	DefaultScanPageSize = 100
 	MaxScanPageSize     = 1000
 	// MaxScanPageBytes bounds the document bytes of one page (a single
-	// larger record still makes a page of its own).
-	MaxScanPageBytes = 4 << 20
+	// larger record still makes a page of its own); it stays well under
+	// the 4 MiB a gRPC client accepts per message by default.
+	MaxScanPageBytes = 2 << 20
 	// MaxProjectionFields bounds a projection.
 	MaxProjectionFields = 64
 )
