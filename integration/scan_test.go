@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/internal/testkit/mongotest"
@@ -185,5 +187,37 @@ func TestScanResumesOnAnotherServer(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[5 6 7 8 9]" {
 		t.Fatalf("resumed on another server: %v", got)
+	}
+}
+
+// A Scan or Count request that does not decode (invalid UTF-8 in a
+// string field) is INVALID_ARGUMENT, like the other RPCs' requests.
+func TestScanUndecodableRequestIsInvalidArgument(t *testing.T) {
+	s := sinktest.Start(t, nil)
+	var ds []byte
+	ds = protowire.AppendTag(ds, 2, protowire.BytesType)
+	ds = protowire.AppendString(ds, "n\xff")
+	ds = protowire.AppendTag(ds, 3, protowire.BytesType)
+	ds = protowire.AppendString(ds, "d")
+	var req []byte
+	req = protowire.AppendTag(req, 1, protowire.BytesType)
+	req = protowire.AppendBytes(req, ds)
+
+	st, err := s.Conn.NewStream(ctx(t), &grpc.StreamDesc{ServerStreams: true}, "/sink.v1.Sink/Scan", grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(&req); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.CloseSend()
+	var out []byte
+	err = st.RecvMsg(&out)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "valid UTF-8") {
+		t.Fatalf("scan: %v, want INVALID_ARGUMENT", err)
+	}
+	err = s.Conn.Invoke(ctx(t), "/sink.v1.Sink/Count", &req, &out, grpc.ForceCodec(rawCodec{}))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "valid UTF-8") {
+		t.Fatalf("count: %v, want INVALID_ARGUMENT", err)
 	}
 }
