@@ -1,9 +1,11 @@
 package memory
 
 import (
-	"container/heap"
 	"context"
+	"slices"
+	"sort"
 	"strings"
+	"sync"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
@@ -91,37 +93,103 @@ func uvarint(s string) (uint64, int) {
 	return 0, -1
 }
 
+// keyCache holds the sorted keys of recently scanned datasets, each valid
+// while Store.keysGen has the value it was built at (records rewritten in
+// place keep it: only creations and deletions change a key set).
+type keyCache struct {
+	mu   sync.Mutex
+	sets map[string]sortedKeys // by datasetPrefix
+}
+
+type sortedKeys struct {
+	gen  uint64
+	keys []domain.Key
+}
+
+// maxCachedDatasets bounds the cache (it is emptied when full).
+const maxCachedDatasets = 64
+
+// sortedKeys returns the keys of dataset d in key order. Every record
+// created before the call (and not deleted) is among them.
+func (s *Store) sortedKeys(ctx context.Context, d domain.DatasetRef) ([]domain.Key, error) {
+	prefix := datasetPrefix(d)
+	gen := s.keysGen.Load()
+	s.sorted.mu.Lock()
+	c, ok := s.sorted.sets[prefix]
+	s.sorted.mu.Unlock()
+	if ok && c.gen == gen {
+		return c.keys, nil
+	}
+	var keys []domain.Key
+	if err := s.each(ctx, d, func(domain.Key) bool { return true }, func(k domain.Key, _ *entry) { keys = append(keys, k) }); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(keys, domain.CompareKeys)
+	s.sorted.mu.Lock()
+	if s.sorted.sets == nil || len(s.sorted.sets) >= maxCachedDatasets {
+		s.sorted.sets = map[string]sortedKeys{}
+	}
+	s.sorted.sets[prefix] = sortedKeys{gen: gen, keys: keys}
+	s.sorted.mu.Unlock()
+	return keys, nil
+}
+
 // Scan implements ports.Scanner. It evaluates no filter: the application
-// evaluates the filter (the reference semantics) on every record.
+// evaluates the filter (the reference semantics) on every record. Each
+// call walks the dataset's sorted keys (rebuilt when records were created
+// or deleted since) from the resume point and reads the records live.
 func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, error) {
 	if q.Limit < 1 {
 		return ports.ScanResult{}, domain.Errorf(domain.CodeInvalidArgument, "scan limit must be at least 1")
 	}
-	// best keeps the Limit first keys in scan order, as a heap whose top is
-	// the last of them.
-	best := &itemHeap{desc: q.Descending}
-	accept := func(k domain.Key) bool {
-		return q.Range.Contains(k) && (q.After == nil || domain.After(k, *q.After, q.Descending))
-	}
-	err := s.each(ctx, q.Dataset, accept, func(k domain.Key, e *entry) {
-		if best.Len() == q.Limit {
-			if !best.before(k, best.items[0].Key) {
-				return
-			}
-			heap.Pop(best)
-		}
-		heap.Push(best, ports.ScanItem{Key: k, Record: domain.Record{Document: e.doc, Revision: e.rev}})
-	})
+	keys, err := s.sortedKeys(ctx, q.Dataset)
 	if err != nil {
 		return ports.ScanResult{}, err
 	}
-	out := make([]ports.ScanItem, best.Len())
-	for i := len(out) - 1; i >= 0; i-- {
-		it := heap.Pop(best).(ports.ScanItem)
-		it.Record.Document = clone(it.Record.Document)
-		out[i] = it
+	// i walks keys in scan order from the first key after q.After.
+	i, step := 0, 1
+	if q.Descending {
+		i, step = len(keys)-1, -1
 	}
-	return ports.ScanResult{Items: out, Done: len(out) < q.Limit}, nil
+	if q.After != nil {
+		if q.Descending {
+			i = sort.Search(len(keys), func(j int) bool { return domain.CompareKeys(keys[j], *q.After) >= 0 }) - 1
+		} else {
+			i = sort.Search(len(keys), func(j int) bool { return domain.CompareKeys(keys[j], *q.After) > 0 })
+		}
+	}
+	var out []ports.ScanItem
+	var buf [96]byte
+	a := domain.Address{Store: q.Dataset.Store, Namespace: q.Dataset.Namespace, Dataset: q.Dataset.Dataset}
+	for ; i >= 0 && i < len(keys); i += step {
+		if len(out)%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return ports.ScanResult{}, domain.AsError(err)
+			}
+		}
+		k := keys[i]
+		if !q.Range.Contains(k) {
+			continue
+		}
+		a.Key = k
+		id := key(&buf, a)
+		sh := s.shard(id)
+		sh.mu.RLock()
+		var e entry
+		p := sh.records[domain.RecordID(id)]
+		if p != nil {
+			e = *p
+		}
+		sh.mu.RUnlock()
+		if p == nil {
+			continue // deleted since the keys were sorted
+		}
+		out = append(out, ports.ScanItem{Key: k, Record: domain.Record{Document: clone(e.doc), Revision: e.rev}})
+		if len(out) == q.Limit {
+			return ports.ScanResult{Items: out}, nil
+		}
+	}
+	return ports.ScanResult{Items: out, Done: true}, nil
 }
 
 // Count implements ports.Scanner; the count is always exact.
@@ -129,28 +197,4 @@ func (s *Store) Count(ctx context.Context, q ports.CountQuery) (ports.CountResul
 	var n int64
 	err := s.each(ctx, q.Dataset, q.Range.Contains, func(domain.Key, *entry) { n++ })
 	return ports.CountResult{Count: n, Exact: true}, err
-}
-
-// itemHeap is a max-heap in scan order (its top comes last).
-type itemHeap struct {
-	items []ports.ScanItem
-	desc  bool
-}
-
-func (h *itemHeap) before(a, b domain.Key) bool {
-	c := domain.CompareKeys(a, b)
-	if h.desc {
-		return c > 0
-	}
-	return c < 0
-}
-func (h *itemHeap) Len() int           { return len(h.items) }
-func (h *itemHeap) Less(i, j int) bool { return h.before(h.items[j].Key, h.items[i].Key) }
-func (h *itemHeap) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *itemHeap) Push(x any)         { h.items = append(h.items, x.(ports.ScanItem)) }
-func (h *itemHeap) Pop() any {
-	n := len(h.items) - 1
-	it := h.items[n]
-	h.items = h.items[:n]
-	return it
 }
