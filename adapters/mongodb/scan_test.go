@@ -40,7 +40,7 @@ func TestScanDifferential(t *testing.T) {
 		Store: "primary", RefNamespace: "ref", Namespace: freshDatabase(t, c), Encode: storagetest.EncodeBSON}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	if n := d.Run(ctx, t, 42, 4, 60, 300); n != 1200 {
+	if n := d.Run(ctx, t, 42, 5, 60, 400); n != 2000 {
 		t.Fatalf("compared %d cases", n)
 	}
 }
