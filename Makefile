@@ -124,6 +124,9 @@ FUZZ_TARGETS := \
 	./adapters/mongodb:FuzzStoredDocumentRoundTrip \
 	./proto/vtcodec:FuzzUnmarshalAgreesWithProto \
 	./adapters/mongodb:FuzzParseBindings \
+	./adapters/mongodb:FuzzScanDifferential \
+	./adapters/memory:FuzzScanJSONAndBSON \
+	./internal/celfilter:FuzzCompile \
 	./adapters/auth:FuzzParseAuthorizationFile
 
 fuzz:

@@ -43,6 +43,10 @@ type Store struct {
 	shards [shards]shard
 	seq    atomic.Uint64
 	tracer trace.Tracer // nil: no spans (tracing.go)
+	// keysGen changes whenever a record is created or deleted; scans
+	// keep each dataset's sorted keys until it changes (scan.go).
+	keysGen atomic.Uint64
+	sorted  keyCache
 }
 
 // New returns an empty store.
@@ -177,7 +181,10 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 		return ports.WriteResult{Err: err}
 	}
 	if op.Kind == ports.WriteDelete {
-		delete(sh.records, domain.RecordID(k))
+		if exists {
+			delete(sh.records, domain.RecordID(k))
+			s.keysGen.Add(1)
+		}
 		return ports.WriteResult{Existed: exists}
 	}
 	rev := domain.Revision(strconv.FormatUint(s.seq.Add(1), 10))
@@ -189,6 +196,7 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 		*p = entry{doc: clone(op.Document), rev: rev, mark: mark}
 	} else {
 		sh.records[domain.RecordID(k)] = &entry{doc: clone(op.Document), rev: rev, mark: mark}
+		s.keysGen.Add(1)
 	}
 	return ports.WriteResult{Revision: rev, Existed: exists}
 }

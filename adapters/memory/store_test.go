@@ -131,3 +131,32 @@ func TestReadAndRewriteDoNotAllocateTheRecordID(t *testing.T) {
 		t.Fatalf("read back: %+v", got[0])
 	}
 }
+
+func TestScanConformance(t *testing.T) {
+	storagetest.RunScan(t, storagetest.ScanFixtures{
+		NewStorage: func(*testing.T) ports.Storage { return memory.New() },
+		Store:      "primary",
+		Namespace:  func(testing.TB) string { return "test" },
+		Encode:     storagetest.EncodeJSON,
+	})
+}
+
+// TestDifferentialJSONAndBSON: the same random documents held as JSON and
+// as BSON scan and filter alike (one semantics for both formats).
+func TestDifferentialJSONAndBSON(t *testing.T) {
+	d := storagetest.Differential{Reference: memory.New(), Subject: memory.New(), Store: "p", RefNamespace: "n", Namespace: "n",
+		Encode: storagetest.EncodeJSON, SubjectEncode: storagetest.EncodeBSON}
+	if n := d.Run(t.Context(), t, 1, 3, 60, 200); n != 600 {
+		t.Fatalf("compared %d cases", n)
+	}
+}
+
+// FuzzScanJSONAndBSON runs the JSON/BSON differential from fuzzed seeds.
+func FuzzScanJSONAndBSON(f *testing.F) {
+	f.Add(uint64(2))
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		d := storagetest.Differential{Reference: memory.New(), Subject: memory.New(), Store: "p", RefNamespace: "n", Namespace: "n",
+			Encode: storagetest.EncodeJSON, SubjectEncode: storagetest.EncodeBSON}
+		d.Run(t.Context(), t, seed, 1, 30, 30)
+	})
+}

@@ -55,7 +55,7 @@ func newRequestCodec(limit RequestLimit, pool mem.BufferPool) requestCodec {
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	sink := false
 	switch v.(type) {
-	case *sinkv1.ReadRequest, *sinkv1.WriteRequest, *sinkv1.DeleteRequest:
+	case *sinkv1.ReadRequest, *sinkv1.WriteRequest, *sinkv1.DeleteRequest, *sinkv1.ScanRequest, *sinkv1.CountRequest:
 		sink = true
 		if n := data.Len(); n > c.limit.Bytes {
 			undecodable.Store(v, c.tooLarge(n))
@@ -112,4 +112,13 @@ func undecodableError(cause error) error {
 		"malformed request: it is not a valid encoding of the request message "+
 			"(string fields such as store, namespace, dataset, string keys, profile and content type must be valid UTF-8): "+
 			cause.Error()))
+}
+
+// decodeFailure is the status of a streamed request message requestCodec
+// noted as undecodable (the stream handler looks it up itself).
+func decodeFailure(cause error) error {
+	if _, ok := status.FromError(cause); ok {
+		return cause // (tooLarge)
+	}
+	return undecodableError(cause)
 }

@@ -289,6 +289,19 @@ func (t *trackedAPI) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*si
 	return t.SinkServer.Delete(ctx, req)
 }
 
+func (t *trackedAPI) Count(ctx context.Context, req *sinkv1.CountRequest) (*sinkv1.CountResponse, error) {
+	t.inflight.Add(1)
+	defer t.inflight.Add(-1)
+	return t.SinkServer.Count(ctx, req)
+}
+
+// Scan is counted too; StreamCloser.CloseAll ends it at shutdown.
+func (t *trackedAPI) Scan(req *sinkv1.ScanRequest, stream sinkv1.Sink_ScanServer) error {
+	t.inflight.Add(1)
+	defer t.inflight.Add(-1)
+	return t.SinkServer.Scan(req, stream)
+}
+
 // Shutdown stops srv gracefully, in this order: connections still in
 // their handshake are closed (they carry no RPC) and new ones are refused;
 // then GracefulStop stops accepting, lets in-flight RPCs finish and closes

@@ -183,15 +183,25 @@ func TestTrackCountsEverySinkRPC(t *testing.T) {
 	api := &blockingAPI{entered: make(chan int64, 1), release: make(chan struct{}), c: c}
 	tracked := c.Track(api)
 	srv := NewGRPCServer(tracked, health.NewServer(), RequestLimit{Bytes: 1 << 20})
-	if got, want := len(srv.GetServiceInfo()[ServiceName].Methods), len(sinkv1.Sink_ServiceDesc.Methods); got != want {
+	if got, want := len(srv.GetServiceInfo()[ServiceName].Methods), len(sinkv1.Sink_ServiceDesc.Methods)+len(sinkv1.Sink_ServiceDesc.Streams); got != want {
 		t.Fatalf("%d methods served, %d in the service", got, want)
 	}
 	calls := map[string]func(){
 		"Read":   func() { _, _ = tracked.Read(t.Context(), &sinkv1.ReadRequest{}) },
 		"Write":  func() { _, _ = tracked.Write(t.Context(), &sinkv1.WriteRequest{}) },
 		"Delete": func() { _, _ = tracked.Delete(t.Context(), &sinkv1.DeleteRequest{}) },
+		"Count":  func() { _, _ = tracked.Count(t.Context(), &sinkv1.CountRequest{}) },
+		"Scan":   func() { _ = tracked.Scan(&sinkv1.ScanRequest{}, nil) },
 	}
+	names := []string{}
 	for _, m := range sinkv1.Sink_ServiceDesc.Methods {
+		names = append(names, m.MethodName)
+	}
+	for _, m := range sinkv1.Sink_ServiceDesc.Streams {
+		names = append(names, m.StreamName)
+	}
+	for _, name := range names {
+		m := struct{ MethodName string }{name}
 		call, ok := calls[m.MethodName]
 		if !ok {
 			t.Fatalf("RPC %s: the test does not call it (and Track may not count it)", m.MethodName)
@@ -232,4 +242,14 @@ func (b *blockingAPI) Write(context.Context, *sinkv1.WriteRequest) (*sinkv1.Writ
 func (b *blockingAPI) Delete(context.Context, *sinkv1.DeleteRequest) (*sinkv1.DeleteResponse, error) {
 	b.wait()
 	return &sinkv1.DeleteResponse{}, nil
+}
+
+func (b *blockingAPI) Count(context.Context, *sinkv1.CountRequest) (*sinkv1.CountResponse, error) {
+	b.wait()
+	return &sinkv1.CountResponse{}, nil
+}
+
+func (b *blockingAPI) Scan(*sinkv1.ScanRequest, sinkv1.Sink_ScanServer) error {
+	b.wait()
+	return nil
 }

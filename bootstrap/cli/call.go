@@ -40,6 +40,10 @@ func (c *command) call(ctx context.Context, client sinkv1.SinkClient, r *request
 		completion = sinkv1.CompletionMode_COMPLETION_MODE_RETURN_AFTER_ACCEPTED
 	}
 	switch c.name {
+	case "scan":
+		return c.scan(ctx, client, r)
+	case "count":
+		return c.count(ctx, client, r)
 	case "read":
 		resp, err := client.Read(ctx, &sinkv1.ReadRequest{Operations: []*sinkv1.ReadOperation{{Address: r.address}}})
 		if err != nil {

@@ -92,6 +92,11 @@ type command struct {
 	idempotencyKey          string
 	returnDocument          bool
 	canonical               bool
+
+	where    string // scan, count
+	limit    int    // scan
+	cursor   string // scan
+	keysOnly bool   // scan
 }
 
 func (c *command) usageError(format string, args ...any) int {
@@ -112,6 +117,8 @@ var summaries = map[string]string{
 	"put":    "Write a complete document (upsert by default; --create, --replace, --if-revision).",
 	"merge":  "Merge an intent into a record with a merge profile (default merge-patch).",
 	"delete": "Delete one record (deleting an absent record is not an error).",
+	"scan":   "Print the records of a dataset in key order, one JSON line each ({\"key\": ..., \"revision\", \"content_type\",\n\"document\"}; int64 keys as key_int, bytes keys as key_bytes in base64, ObjectIDs as key_oid); when --limit\nstops the scan early, a last line {\"cursor\": ...} that --cursor resumes. --where takes a filter in the\nrestricted CEL of docs/query.md.",
+	"count":  "Print how many records of a dataset match --where (all records without it).",
 }
 
 var examples = map[string]string{
@@ -119,6 +126,8 @@ var examples = map[string]string{
 	"put":    "  sink put --namespace shop --dataset orders --key o-1 --data '{\"total\":10}'\n  echo '{\"total\":10}' | sink put -n shop -d orders --key o-1 --file - --create\n",
 	"merge":  "  sink merge --namespace shop --dataset orders --key o-1 --data '{\"paid\":true}'\n  sink merge -n shop -d orders --key o-1 --data '{\"paid\":true}' --idempotency-key pay-o-1\n",
 	"delete": "  sink delete --namespace shop --dataset orders --key o-1\n",
+	"scan":   "  sink scan -n shop -d orders --where 'doc.total > 10 && doc.status == \"paid\"' --limit 100\n  sink scan -n shop -d orders --keys-only --cursor \"$CURSOR\"\n",
+	"count":  "  sink count -n shop -d orders --where 'doc.status == \"paid\"'\n",
 }
 
 func (c *command) define() {
@@ -142,10 +151,20 @@ func (c *command) define() {
 	fs.StringVar(&c.namespace, "n", "", "shorthand for --namespace")
 	fs.StringVar(&c.dataset, "dataset", "", "dataset (required)")
 	fs.StringVar(&c.dataset, "d", "", "shorthand for --dataset")
-	fs.StringVar(&c.key, "key", "", "string key (exactly one --key* flag is required)")
-	fs.StringVar(&c.keyInt, "key-int", "", "int64 key")
-	fs.StringVar(&c.keyBytes, "key-bytes", "", "bytes key in hex, or base64 with a base64: prefix")
-	fs.StringVar(&c.keyOID, "key-oid", "", "ObjectID key: 24 hex digits")
+	if c.name == "scan" || c.name == "count" {
+		fs.StringVar(&c.where, "where", "", "filter: a restricted CEL expression over doc, e.g. 'doc.total > 10 && doc.status == \"paid\"' (docs/query.md)")
+	} else {
+		fs.StringVar(&c.key, "key", "", "string key (exactly one --key* flag is required)")
+		fs.StringVar(&c.keyInt, "key-int", "", "int64 key")
+		fs.StringVar(&c.keyBytes, "key-bytes", "", "bytes key in hex, or base64 with a base64: prefix")
+		fs.StringVar(&c.keyOID, "key-oid", "", "ObjectID key: 24 hex digits")
+	}
+	if c.name == "scan" {
+		fs.IntVar(&c.limit, "limit", 0, "print at most this many records, then a resume cursor (0: all)")
+		fs.StringVar(&c.cursor, "cursor", "", "resume after the records of the scan that printed this cursor (same --where)")
+		fs.BoolVar(&c.keysOnly, "keys-only", false, "print keys and revisions only")
+		fs.BoolVar(&c.canonical, "canonical", false, "print BSON documents as canonical Extended JSON (see read --canonical)")
+	}
 
 	if c.name == "put" || c.name == "merge" {
 		what := "document"
@@ -159,7 +178,7 @@ func (c *command) define() {
 		fs.BoolVar(&c.async, "async", false, "return once the server's durable queue accepted the write (RETURN_AFTER_ACCEPTED)")
 		fs.BoolVar(&c.returnDocument, "return-document", false, "print the document as written (for a merge, the record right after this merge), so that no read is needed; not with --async")
 	}
-	if c.name != "read" {
+	if c.name == "put" || c.name == "merge" || c.name == "delete" {
 		fs.StringVar(&c.idempotencyKey, "idempotency-key", "", "retry-safe key of this change (1-128 printable ASCII characters, no spaces): sending it again with the same key applies it at most once while the record remembers the key (its last SINK_IDEMPOTENCY_RING keys)")
 	}
 	switch c.name {

@@ -11,7 +11,7 @@ import (
 // commandForms are the commands and subcommands whose flags the CLI
 // parses, as they are invoked.
 var commandForms = [][]string{
-	{"read"}, {"put"}, {"merge"}, {"delete"}, {"health"}, {"hash-token"},
+	{"read"}, {"put"}, {"merge"}, {"delete"}, {"scan"}, {"count"}, {"health"}, {"hash-token"},
 	{"profiles", "check"}, {"profiles", "apply"}, {"dead-letter", "list"}, {"dead-letter", "replay"},
 }
 

@@ -42,6 +42,8 @@ func commands() []subcommand {
 		{"put", "write a document", api("put")},
 		{"merge", "merge an intent into a record", api("merge")},
 		{"delete", "delete a record", api("delete")},
+		{"scan", "list the records of a dataset in key order, optionally filtered (JSON lines)", api("scan")},
+		{"count", "count the records of a dataset that match a filter", api("count")},
 		{"health", "exit 0 when a role's /readyz answers 200: a container health check", health},
 		{"hash-token", "hash a bearer token for SINK_AUTH_TOKEN_FILE", hashTokenMain},
 		{"profiles", "check a merge profiles file or try a merge without a server", profilesMain},

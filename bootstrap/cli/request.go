@@ -29,6 +29,7 @@ type request struct {
 	jsonBody []byte           // put/merge: the JSON input, for the automatic BSON retry
 	revision []byte
 	mode     sinkv1.PutMode
+	cursor   []byte // scan
 }
 
 func (c *command) build() (*request, int) {
@@ -40,6 +41,9 @@ func (c *command) build() (*request, int) {
 		return nil, c.usageError("--namespace is required (-n)")
 	case c.dataset == "":
 		return nil, c.usageError("--dataset is required (-d)")
+	}
+	if c.name == "scan" || c.name == "count" {
+		return r, c.buildScan(r)
 	}
 	key, err := c.recordKey()
 	if err != nil {

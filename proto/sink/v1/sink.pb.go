@@ -1420,6 +1420,1212 @@ func (x *DeleteResult) GetMutationId() string {
 	return ""
 }
 
+// DatasetRef names one dataset.
+type DatasetRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Store served by this Sink deployment. Empty means the served store.
+	Store         string `protobuf:"bytes,1,opt,name=store,proto3" json:"store,omitempty"`
+	Namespace     string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Dataset       string `protobuf:"bytes,3,opt,name=dataset,proto3" json:"dataset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DatasetRef) Reset() {
+	*x = DatasetRef{}
+	mi := &file_sink_v1_sink_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DatasetRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DatasetRef) ProtoMessage() {}
+
+func (x *DatasetRef) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DatasetRef.ProtoReflect.Descriptor instead.
+func (*DatasetRef) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DatasetRef) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *DatasetRef) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DatasetRef) GetDataset() string {
+	if x != nil {
+		return x.Dataset
+	}
+	return ""
+}
+
+// KeyBound is one end of a key range: inclusive unless exclusive is set.
+type KeyBound struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *RecordKey             `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Exclusive     bool                   `protobuf:"varint,2,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyBound) Reset() {
+	*x = KeyBound{}
+	mi := &file_sink_v1_sink_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyBound) ProtoMessage() {}
+
+func (x *KeyBound) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyBound.ProtoReflect.Descriptor instead.
+func (*KeyBound) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *KeyBound) GetKey() *RecordKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *KeyBound) GetExclusive() bool {
+	if x != nil {
+		return x.Exclusive
+	}
+	return false
+}
+
+// KeyRange selects keys in the total key order (docs/query.md): int64
+// keys, then string keys (by the bytes of their UTF-8), then bytes keys
+// (by length, then bytes), then object ids (by bytes).
+type KeyRange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset: from the first key.
+	Start *KeyBound `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	// Unset: to the last key.
+	End *KeyBound `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	// When set, only string keys that start with it (compared by bytes).
+	Prefix        *string `protobuf:"bytes,3,opt,name=prefix,proto3,oneof" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyRange) Reset() {
+	*x = KeyRange{}
+	mi := &file_sink_v1_sink_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyRange) ProtoMessage() {}
+
+func (x *KeyRange) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyRange.ProtoReflect.Descriptor instead.
+func (*KeyRange) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *KeyRange) GetStart() *KeyBound {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *KeyRange) GetEnd() *KeyBound {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *KeyRange) GetPrefix() string {
+	if x != nil && x.Prefix != nil {
+		return *x.Prefix
+	}
+	return ""
+}
+
+// Filter is one node of a filter tree; exactly one operator must be set.
+// Field paths name nested fields one element at a time (["a", "b"] is
+// a.b); where a path meets an array, some element must match.
+type Filter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Node:
+	//
+	//	*Filter_And
+	//	*Filter_Or
+	//	*Filter_Not
+	//	*Filter_Eq
+	//	*Filter_Ne
+	//	*Filter_Lt
+	//	*Filter_Lte
+	//	*Filter_Gt
+	//	*Filter_Gte
+	//	*Filter_In
+	//	*Filter_Exists
+	//	*Filter_Prefix
+	Node          isFilter_Node `protobuf_oneof:"node"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Filter) Reset() {
+	*x = Filter{}
+	mi := &file_sink_v1_sink_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Filter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Filter) ProtoMessage() {}
+
+func (x *Filter) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Filter.ProtoReflect.Descriptor instead.
+func (*Filter) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Filter) GetNode() isFilter_Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *Filter) GetAnd() *FilterList {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_And); ok {
+			return x.And
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetOr() *FilterList {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Or); ok {
+			return x.Or
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetNot() *Filter {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Not); ok {
+			return x.Not
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetEq() *FieldComparison {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Eq); ok {
+			return x.Eq
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetNe() *FieldComparison {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Ne); ok {
+			return x.Ne
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetLt() *FieldComparison {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Lt); ok {
+			return x.Lt
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetLte() *FieldComparison {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Lte); ok {
+			return x.Lte
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetGt() *FieldComparison {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Gt); ok {
+			return x.Gt
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetGte() *FieldComparison {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Gte); ok {
+			return x.Gte
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetIn() *FieldIn {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_In); ok {
+			return x.In
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetExists() *FieldExists {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Exists); ok {
+			return x.Exists
+		}
+	}
+	return nil
+}
+
+func (x *Filter) GetPrefix() *FieldComparison {
+	if x != nil {
+		if x, ok := x.Node.(*Filter_Prefix); ok {
+			return x.Prefix
+		}
+	}
+	return nil
+}
+
+type isFilter_Node interface {
+	isFilter_Node()
+}
+
+type Filter_And struct {
+	// All of the filters (true when empty).
+	And *FilterList `protobuf:"bytes,1,opt,name=and,proto3,oneof"`
+}
+
+type Filter_Or struct {
+	// Any of the filters (false when empty).
+	Or *FilterList `protobuf:"bytes,2,opt,name=or,proto3,oneof"`
+}
+
+type Filter_Not struct {
+	Not *Filter `protobuf:"bytes,3,opt,name=not,proto3,oneof"`
+}
+
+type Filter_Eq struct {
+	Eq *FieldComparison `protobuf:"bytes,4,opt,name=eq,proto3,oneof"`
+}
+
+type Filter_Ne struct {
+	Ne *FieldComparison `protobuf:"bytes,5,opt,name=ne,proto3,oneof"`
+}
+
+type Filter_Lt struct {
+	Lt *FieldComparison `protobuf:"bytes,6,opt,name=lt,proto3,oneof"`
+}
+
+type Filter_Lte struct {
+	Lte *FieldComparison `protobuf:"bytes,7,opt,name=lte,proto3,oneof"`
+}
+
+type Filter_Gt struct {
+	Gt *FieldComparison `protobuf:"bytes,8,opt,name=gt,proto3,oneof"`
+}
+
+type Filter_Gte struct {
+	Gte *FieldComparison `protobuf:"bytes,9,opt,name=gte,proto3,oneof"`
+}
+
+type Filter_In struct {
+	In *FieldIn `protobuf:"bytes,10,opt,name=in,proto3,oneof"`
+}
+
+type Filter_Exists struct {
+	Exists *FieldExists `protobuf:"bytes,11,opt,name=exists,proto3,oneof"`
+}
+
+type Filter_Prefix struct {
+	// The field is a string starting with value (a string).
+	Prefix *FieldComparison `protobuf:"bytes,12,opt,name=prefix,proto3,oneof"`
+}
+
+func (*Filter_And) isFilter_Node() {}
+
+func (*Filter_Or) isFilter_Node() {}
+
+func (*Filter_Not) isFilter_Node() {}
+
+func (*Filter_Eq) isFilter_Node() {}
+
+func (*Filter_Ne) isFilter_Node() {}
+
+func (*Filter_Lt) isFilter_Node() {}
+
+func (*Filter_Lte) isFilter_Node() {}
+
+func (*Filter_Gt) isFilter_Node() {}
+
+func (*Filter_Gte) isFilter_Node() {}
+
+func (*Filter_In) isFilter_Node() {}
+
+func (*Filter_Exists) isFilter_Node() {}
+
+func (*Filter_Prefix) isFilter_Node() {}
+
+type FilterList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Filters       []*Filter              `protobuf:"bytes,1,rep,name=filters,proto3" json:"filters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FilterList) Reset() {
+	*x = FilterList{}
+	mi := &file_sink_v1_sink_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FilterList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FilterList) ProtoMessage() {}
+
+func (x *FilterList) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FilterList.ProtoReflect.Descriptor instead.
+func (*FilterList) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *FilterList) GetFilters() []*Filter {
+	if x != nil {
+		return x.Filters
+	}
+	return nil
+}
+
+// FieldComparison compares the field at path with value.
+type FieldComparison struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          []string               `protobuf:"bytes,1,rep,name=path,proto3" json:"path,omitempty"`
+	Value         *ScalarValue           `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldComparison) Reset() {
+	*x = FieldComparison{}
+	mi := &file_sink_v1_sink_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldComparison) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldComparison) ProtoMessage() {}
+
+func (x *FieldComparison) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldComparison.ProtoReflect.Descriptor instead.
+func (*FieldComparison) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *FieldComparison) GetPath() []string {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *FieldComparison) GetValue() *ScalarValue {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// FieldIn: the field equals one of values.
+type FieldIn struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          []string               `protobuf:"bytes,1,rep,name=path,proto3" json:"path,omitempty"`
+	Values        []*ScalarValue         `protobuf:"bytes,2,rep,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldIn) Reset() {
+	*x = FieldIn{}
+	mi := &file_sink_v1_sink_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldIn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldIn) ProtoMessage() {}
+
+func (x *FieldIn) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldIn.ProtoReflect.Descriptor instead.
+func (*FieldIn) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *FieldIn) GetPath() []string {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *FieldIn) GetValues() []*ScalarValue {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// FieldExists: the field is present (exists true) or absent.
+type FieldExists struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          []string               `protobuf:"bytes,1,rep,name=path,proto3" json:"path,omitempty"`
+	Exists        bool                   `protobuf:"varint,2,opt,name=exists,proto3" json:"exists,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldExists) Reset() {
+	*x = FieldExists{}
+	mi := &file_sink_v1_sink_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldExists) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldExists) ProtoMessage() {}
+
+func (x *FieldExists) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldExists.ProtoReflect.Descriptor instead.
+func (*FieldExists) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *FieldExists) GetPath() []string {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *FieldExists) GetExists() bool {
+	if x != nil {
+		return x.Exists
+	}
+	return false
+}
+
+// ScalarValue is a filter operand; exactly one kind must be set. Numbers
+// compare numerically whatever their type; values of different kinds
+// never compare equal.
+type ScalarValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*ScalarValue_NullValue
+	//	*ScalarValue_BoolValue
+	//	*ScalarValue_IntValue
+	//	*ScalarValue_DoubleValue
+	//	*ScalarValue_StringValue
+	Kind          isScalarValue_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScalarValue) Reset() {
+	*x = ScalarValue{}
+	mi := &file_sink_v1_sink_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScalarValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScalarValue) ProtoMessage() {}
+
+func (x *ScalarValue) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScalarValue.ProtoReflect.Descriptor instead.
+func (*ScalarValue) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ScalarValue) GetKind() isScalarValue_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ScalarValue) GetNullValue() bool {
+	if x != nil {
+		if x, ok := x.Kind.(*ScalarValue_NullValue); ok {
+			return x.NullValue
+		}
+	}
+	return false
+}
+
+func (x *ScalarValue) GetBoolValue() bool {
+	if x != nil {
+		if x, ok := x.Kind.(*ScalarValue_BoolValue); ok {
+			return x.BoolValue
+		}
+	}
+	return false
+}
+
+func (x *ScalarValue) GetIntValue() int64 {
+	if x != nil {
+		if x, ok := x.Kind.(*ScalarValue_IntValue); ok {
+			return x.IntValue
+		}
+	}
+	return 0
+}
+
+func (x *ScalarValue) GetDoubleValue() float64 {
+	if x != nil {
+		if x, ok := x.Kind.(*ScalarValue_DoubleValue); ok {
+			return x.DoubleValue
+		}
+	}
+	return 0
+}
+
+func (x *ScalarValue) GetStringValue() string {
+	if x != nil {
+		if x, ok := x.Kind.(*ScalarValue_StringValue); ok {
+			return x.StringValue
+		}
+	}
+	return ""
+}
+
+type isScalarValue_Kind interface {
+	isScalarValue_Kind()
+}
+
+type ScalarValue_NullValue struct {
+	// Null (the value of the field is ignored).
+	NullValue bool `protobuf:"varint,1,opt,name=null_value,json=nullValue,proto3,oneof"`
+}
+
+type ScalarValue_BoolValue struct {
+	BoolValue bool `protobuf:"varint,2,opt,name=bool_value,json=boolValue,proto3,oneof"`
+}
+
+type ScalarValue_IntValue struct {
+	IntValue int64 `protobuf:"varint,3,opt,name=int_value,json=intValue,proto3,oneof"`
+}
+
+type ScalarValue_DoubleValue struct {
+	DoubleValue float64 `protobuf:"fixed64,4,opt,name=double_value,json=doubleValue,proto3,oneof"`
+}
+
+type ScalarValue_StringValue struct {
+	StringValue string `protobuf:"bytes,5,opt,name=string_value,json=stringValue,proto3,oneof"`
+}
+
+func (*ScalarValue_NullValue) isScalarValue_Kind() {}
+
+func (*ScalarValue_BoolValue) isScalarValue_Kind() {}
+
+func (*ScalarValue_IntValue) isScalarValue_Kind() {}
+
+func (*ScalarValue_DoubleValue) isScalarValue_Kind() {}
+
+func (*ScalarValue_StringValue) isScalarValue_Kind() {}
+
+// Projection selects top-level document fields: only fields, or, with
+// exclude, all but fields.
+type Projection struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fields        []string               `protobuf:"bytes,1,rep,name=fields,proto3" json:"fields,omitempty"`
+	Exclude       bool                   `protobuf:"varint,2,opt,name=exclude,proto3" json:"exclude,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Projection) Reset() {
+	*x = Projection{}
+	mi := &file_sink_v1_sink_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Projection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Projection) ProtoMessage() {}
+
+func (x *Projection) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Projection.ProtoReflect.Descriptor instead.
+func (*Projection) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Projection) GetFields() []string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *Projection) GetExclude() bool {
+	if x != nil {
+		return x.Exclude
+	}
+	return false
+}
+
+type ScanRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Dataset *DatasetRef            `protobuf:"bytes,1,opt,name=dataset,proto3" json:"dataset,omitempty"`
+	Range   *KeyRange              `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
+	// The filter as a tree; or set where instead.
+	Filter *Filter `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	// The filter as a restricted CEL expression over doc, for example
+	// `doc.total > 10 && doc.status == "paid"` (docs/query.md).
+	Where      string      `protobuf:"bytes,4,opt,name=where,proto3" json:"where,omitempty"`
+	Descending bool        `protobuf:"varint,5,opt,name=descending,proto3" json:"descending,omitempty"`
+	Projection *Projection `protobuf:"bytes,6,opt,name=projection,proto3" json:"projection,omitempty"`
+	// Records per page (0: 100; at most 1000).
+	PageSize uint32 `protobuf:"varint,7,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Resume after the page that returned this cursor; the request must be
+	// otherwise the same (dataset, range, filter, order, projection).
+	Cursor []byte `protobuf:"bytes,8,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// At most this many records in all (0: no limit); the last page's
+	// cursor resumes after them.
+	Limit uint32 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Return keys and revisions only, no documents.
+	KeysOnly      bool `protobuf:"varint,10,opt,name=keys_only,json=keysOnly,proto3" json:"keys_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanRequest) Reset() {
+	*x = ScanRequest{}
+	mi := &file_sink_v1_sink_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanRequest) ProtoMessage() {}
+
+func (x *ScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
+func (*ScanRequest) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ScanRequest) GetDataset() *DatasetRef {
+	if x != nil {
+		return x.Dataset
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetRange() *KeyRange {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetFilter() *Filter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetWhere() string {
+	if x != nil {
+		return x.Where
+	}
+	return ""
+}
+
+func (x *ScanRequest) GetDescending() bool {
+	if x != nil {
+		return x.Descending
+	}
+	return false
+}
+
+func (x *ScanRequest) GetProjection() *Projection {
+	if x != nil {
+		return x.Projection
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetKeysOnly() bool {
+	if x != nil {
+		return x.KeysOnly
+	}
+	return false
+}
+
+type ScanRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *RecordKey             `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Document      *Document              `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
+	Revision      []byte                 `protobuf:"bytes,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanRecord) Reset() {
+	*x = ScanRecord{}
+	mi := &file_sink_v1_sink_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanRecord) ProtoMessage() {}
+
+func (x *ScanRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanRecord.ProtoReflect.Descriptor instead.
+func (*ScanRecord) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ScanRecord) GetKey() *RecordKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *ScanRecord) GetDocument() *Document {
+	if x != nil {
+		return x.Document
+	}
+	return nil
+}
+
+func (x *ScanRecord) GetRevision() []byte {
+	if x != nil {
+		return x.Revision
+	}
+	return nil
+}
+
+type ScanPage struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*ScanRecord          `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Resumes the scan after this page; empty when the scan is complete.
+	Cursor []byte `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// Records read from storage for this page (a filter rejects some).
+	Scanned       uint64 `protobuf:"varint,3,opt,name=scanned,proto3" json:"scanned,omitempty"`
+	Returned      uint64 `protobuf:"varint,4,opt,name=returned,proto3" json:"returned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanPage) Reset() {
+	*x = ScanPage{}
+	mi := &file_sink_v1_sink_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanPage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanPage) ProtoMessage() {}
+
+func (x *ScanPage) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanPage.ProtoReflect.Descriptor instead.
+func (*ScanPage) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ScanPage) GetRecords() []*ScanRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ScanPage) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ScanPage) GetScanned() uint64 {
+	if x != nil {
+		return x.Scanned
+	}
+	return 0
+}
+
+func (x *ScanPage) GetReturned() uint64 {
+	if x != nil {
+		return x.Returned
+	}
+	return 0
+}
+
+type CountRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Dataset *DatasetRef            `protobuf:"bytes,1,opt,name=dataset,proto3" json:"dataset,omitempty"`
+	Range   *KeyRange              `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
+	Filter  *Filter                `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	// The filter as a restricted CEL expression; see ScanRequest.where.
+	Where string `protobuf:"bytes,4,opt,name=where,proto3" json:"where,omitempty"`
+	// Allow an estimate (cheaper on large datasets).
+	Estimate      bool `protobuf:"varint,5,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountRequest) Reset() {
+	*x = CountRequest{}
+	mi := &file_sink_v1_sink_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountRequest) ProtoMessage() {}
+
+func (x *CountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountRequest.ProtoReflect.Descriptor instead.
+func (*CountRequest) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CountRequest) GetDataset() *DatasetRef {
+	if x != nil {
+		return x.Dataset
+	}
+	return nil
+}
+
+func (x *CountRequest) GetRange() *KeyRange {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *CountRequest) GetFilter() *Filter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *CountRequest) GetWhere() string {
+	if x != nil {
+		return x.Where
+	}
+	return ""
+}
+
+func (x *CountRequest) GetEstimate() bool {
+	if x != nil {
+		return x.Estimate
+	}
+	return false
+}
+
+type CountResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Count uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// False when count is an estimate.
+	Exact         bool `protobuf:"varint,2,opt,name=exact,proto3" json:"exact,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountResponse) Reset() {
+	*x = CountResponse{}
+	mi := &file_sink_v1_sink_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountResponse) ProtoMessage() {}
+
+func (x *CountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_v1_sink_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
+func (*CountResponse) Descriptor() ([]byte, []int) {
+	return file_sink_v1_sink_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CountResponse) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *CountResponse) GetExact() bool {
+	if x != nil {
+		return x.Exact
+	}
+	return false
+}
+
 var File_sink_v1_sink_proto protoreflect.FileDescriptor
 
 const file_sink_v1_sink_proto_rawDesc = "" +
@@ -1511,7 +2717,95 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\x0e2\x18.sink.v1.OperationStatusR\x06status\x12-\n" +
 	"\x05error\x18\x03 \x01(\v2\x17.sink.v1.OperationErrorR\x05error\x12\x1f\n" +
 	"\vmutation_id\x18\x04 \x01(\tR\n" +
-	"mutationId*\x84\x01\n" +
+	"mutationId\"Z\n" +
+	"\n" +
+	"DatasetRef\x12\x14\n" +
+	"\x05store\x18\x01 \x01(\tR\x05store\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
+	"\adataset\x18\x03 \x01(\tR\adataset\"N\n" +
+	"\bKeyBound\x12$\n" +
+	"\x03key\x18\x01 \x01(\v2\x12.sink.v1.RecordKeyR\x03key\x12\x1c\n" +
+	"\texclusive\x18\x02 \x01(\bR\texclusive\"\x80\x01\n" +
+	"\bKeyRange\x12'\n" +
+	"\x05start\x18\x01 \x01(\v2\x11.sink.v1.KeyBoundR\x05start\x12#\n" +
+	"\x03end\x18\x02 \x01(\v2\x11.sink.v1.KeyBoundR\x03end\x12\x1b\n" +
+	"\x06prefix\x18\x03 \x01(\tH\x00R\x06prefix\x88\x01\x01B\t\n" +
+	"\a_prefix\"\x99\x04\n" +
+	"\x06Filter\x12'\n" +
+	"\x03and\x18\x01 \x01(\v2\x13.sink.v1.FilterListH\x00R\x03and\x12%\n" +
+	"\x02or\x18\x02 \x01(\v2\x13.sink.v1.FilterListH\x00R\x02or\x12#\n" +
+	"\x03not\x18\x03 \x01(\v2\x0f.sink.v1.FilterH\x00R\x03not\x12*\n" +
+	"\x02eq\x18\x04 \x01(\v2\x18.sink.v1.FieldComparisonH\x00R\x02eq\x12*\n" +
+	"\x02ne\x18\x05 \x01(\v2\x18.sink.v1.FieldComparisonH\x00R\x02ne\x12*\n" +
+	"\x02lt\x18\x06 \x01(\v2\x18.sink.v1.FieldComparisonH\x00R\x02lt\x12,\n" +
+	"\x03lte\x18\a \x01(\v2\x18.sink.v1.FieldComparisonH\x00R\x03lte\x12*\n" +
+	"\x02gt\x18\b \x01(\v2\x18.sink.v1.FieldComparisonH\x00R\x02gt\x12,\n" +
+	"\x03gte\x18\t \x01(\v2\x18.sink.v1.FieldComparisonH\x00R\x03gte\x12\"\n" +
+	"\x02in\x18\n" +
+	" \x01(\v2\x10.sink.v1.FieldInH\x00R\x02in\x12.\n" +
+	"\x06exists\x18\v \x01(\v2\x14.sink.v1.FieldExistsH\x00R\x06exists\x122\n" +
+	"\x06prefix\x18\f \x01(\v2\x18.sink.v1.FieldComparisonH\x00R\x06prefixB\x06\n" +
+	"\x04node\"7\n" +
+	"\n" +
+	"FilterList\x12)\n" +
+	"\afilters\x18\x01 \x03(\v2\x0f.sink.v1.FilterR\afilters\"Q\n" +
+	"\x0fFieldComparison\x12\x12\n" +
+	"\x04path\x18\x01 \x03(\tR\x04path\x12*\n" +
+	"\x05value\x18\x02 \x01(\v2\x14.sink.v1.ScalarValueR\x05value\"K\n" +
+	"\aFieldIn\x12\x12\n" +
+	"\x04path\x18\x01 \x03(\tR\x04path\x12,\n" +
+	"\x06values\x18\x02 \x03(\v2\x14.sink.v1.ScalarValueR\x06values\"9\n" +
+	"\vFieldExists\x12\x12\n" +
+	"\x04path\x18\x01 \x03(\tR\x04path\x12\x16\n" +
+	"\x06exists\x18\x02 \x01(\bR\x06exists\"\xc0\x01\n" +
+	"\vScalarValue\x12\x1f\n" +
+	"\n" +
+	"null_value\x18\x01 \x01(\bH\x00R\tnullValue\x12\x1f\n" +
+	"\n" +
+	"bool_value\x18\x02 \x01(\bH\x00R\tboolValue\x12\x1d\n" +
+	"\tint_value\x18\x03 \x01(\x03H\x00R\bintValue\x12#\n" +
+	"\fdouble_value\x18\x04 \x01(\x01H\x00R\vdoubleValue\x12#\n" +
+	"\fstring_value\x18\x05 \x01(\tH\x00R\vstringValueB\x06\n" +
+	"\x04kind\">\n" +
+	"\n" +
+	"Projection\x12\x16\n" +
+	"\x06fields\x18\x01 \x03(\tR\x06fields\x12\x18\n" +
+	"\aexclude\x18\x02 \x01(\bR\aexclude\"\xe1\x02\n" +
+	"\vScanRequest\x12-\n" +
+	"\adataset\x18\x01 \x01(\v2\x13.sink.v1.DatasetRefR\adataset\x12'\n" +
+	"\x05range\x18\x02 \x01(\v2\x11.sink.v1.KeyRangeR\x05range\x12'\n" +
+	"\x06filter\x18\x03 \x01(\v2\x0f.sink.v1.FilterR\x06filter\x12\x14\n" +
+	"\x05where\x18\x04 \x01(\tR\x05where\x12\x1e\n" +
+	"\n" +
+	"descending\x18\x05 \x01(\bR\n" +
+	"descending\x123\n" +
+	"\n" +
+	"projection\x18\x06 \x01(\v2\x13.sink.v1.ProjectionR\n" +
+	"projection\x12\x1b\n" +
+	"\tpage_size\x18\a \x01(\rR\bpageSize\x12\x16\n" +
+	"\x06cursor\x18\b \x01(\fR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\t \x01(\rR\x05limit\x12\x1b\n" +
+	"\tkeys_only\x18\n" +
+	" \x01(\bR\bkeysOnly\"}\n" +
+	"\n" +
+	"ScanRecord\x12$\n" +
+	"\x03key\x18\x01 \x01(\v2\x12.sink.v1.RecordKeyR\x03key\x12-\n" +
+	"\bdocument\x18\x02 \x01(\v2\x11.sink.v1.DocumentR\bdocument\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\fR\brevision\"\x87\x01\n" +
+	"\bScanPage\x12-\n" +
+	"\arecords\x18\x01 \x03(\v2\x13.sink.v1.ScanRecordR\arecords\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\fR\x06cursor\x12\x18\n" +
+	"\ascanned\x18\x03 \x01(\x04R\ascanned\x12\x1a\n" +
+	"\breturned\x18\x04 \x01(\x04R\breturned\"\xc1\x01\n" +
+	"\fCountRequest\x12-\n" +
+	"\adataset\x18\x01 \x01(\v2\x13.sink.v1.DatasetRefR\adataset\x12'\n" +
+	"\x05range\x18\x02 \x01(\v2\x11.sink.v1.KeyRangeR\x05range\x12'\n" +
+	"\x06filter\x18\x03 \x01(\v2\x0f.sink.v1.FilterR\x06filter\x12\x14\n" +
+	"\x05where\x18\x04 \x01(\tR\x05where\x12\x1a\n" +
+	"\bestimate\x18\x05 \x01(\bR\bestimate\";\n" +
+	"\rCountResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x14\n" +
+	"\x05exact\x18\x02 \x01(\bR\x05exact*\x84\x01\n" +
 	"\x0eCompletionMode\x12\x1f\n" +
 	"\x1bCOMPLETION_MODE_UNSPECIFIED\x10\x00\x12&\n" +
 	"\"COMPLETION_MODE_WAIT_UNTIL_APPLIED\x10\x01\x12)\n" +
@@ -1527,11 +2821,13 @@ const file_sink_v1_sink_proto_rawDesc = "" +
 	"\x16OPERATION_STATUS_FOUND\x10\x03\x12\x1e\n" +
 	"\x1aOPERATION_STATUS_NOT_FOUND\x10\x04\x12(\n" +
 	"$OPERATION_STATUS_PRECONDITION_FAILED\x10\x05\x12\x1b\n" +
-	"\x17OPERATION_STATUS_FAILED\x10\x062\xae\x01\n" +
+	"\x17OPERATION_STATUS_FAILED\x10\x062\x99\x02\n" +
 	"\x04Sink\x123\n" +
 	"\x04Read\x12\x14.sink.v1.ReadRequest\x1a\x15.sink.v1.ReadResponse\x126\n" +
 	"\x05Write\x12\x15.sink.v1.WriteRequest\x1a\x16.sink.v1.WriteResponse\x129\n" +
-	"\x06Delete\x12\x16.sink.v1.DeleteRequest\x1a\x17.sink.v1.DeleteResponseB.Z,github.com/sink-io/sink/proto/sink/v1;sinkv1b\x06proto3"
+	"\x06Delete\x12\x16.sink.v1.DeleteRequest\x1a\x17.sink.v1.DeleteResponse\x121\n" +
+	"\x04Scan\x12\x14.sink.v1.ScanRequest\x1a\x11.sink.v1.ScanPage0\x01\x126\n" +
+	"\x05Count\x12\x15.sink.v1.CountRequest\x1a\x16.sink.v1.CountResponseB.Z,github.com/sink-io/sink/proto/sink/v1;sinkv1b\x06proto3"
 
 var (
 	file_sink_v1_sink_proto_rawDescOnce sync.Once
@@ -1546,7 +2842,7 @@ func file_sink_v1_sink_proto_rawDescGZIP() []byte {
 }
 
 var file_sink_v1_sink_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sink_v1_sink_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_sink_v1_sink_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_sink_v1_sink_proto_goTypes = []any{
 	(CompletionMode)(0),     // 0: sink.v1.CompletionMode
 	(PutMode)(0),            // 1: sink.v1.PutMode
@@ -1569,6 +2865,21 @@ var file_sink_v1_sink_proto_goTypes = []any{
 	(*DeleteOperation)(nil), // 18: sink.v1.DeleteOperation
 	(*DeleteResponse)(nil),  // 19: sink.v1.DeleteResponse
 	(*DeleteResult)(nil),    // 20: sink.v1.DeleteResult
+	(*DatasetRef)(nil),      // 21: sink.v1.DatasetRef
+	(*KeyBound)(nil),        // 22: sink.v1.KeyBound
+	(*KeyRange)(nil),        // 23: sink.v1.KeyRange
+	(*Filter)(nil),          // 24: sink.v1.Filter
+	(*FilterList)(nil),      // 25: sink.v1.FilterList
+	(*FieldComparison)(nil), // 26: sink.v1.FieldComparison
+	(*FieldIn)(nil),         // 27: sink.v1.FieldIn
+	(*FieldExists)(nil),     // 28: sink.v1.FieldExists
+	(*ScalarValue)(nil),     // 29: sink.v1.ScalarValue
+	(*Projection)(nil),      // 30: sink.v1.Projection
+	(*ScanRequest)(nil),     // 31: sink.v1.ScanRequest
+	(*ScanRecord)(nil),      // 32: sink.v1.ScanRecord
+	(*ScanPage)(nil),        // 33: sink.v1.ScanPage
+	(*CountRequest)(nil),    // 34: sink.v1.CountRequest
+	(*CountResponse)(nil),   // 35: sink.v1.CountResponse
 }
 var file_sink_v1_sink_proto_depIdxs = []int32{
 	4,  // 0: sink.v1.RecordAddress.key:type_name -> sink.v1.RecordKey
@@ -1597,17 +2908,49 @@ var file_sink_v1_sink_proto_depIdxs = []int32{
 	20, // 23: sink.v1.DeleteResponse.results:type_name -> sink.v1.DeleteResult
 	2,  // 24: sink.v1.DeleteResult.status:type_name -> sink.v1.OperationStatus
 	6,  // 25: sink.v1.DeleteResult.error:type_name -> sink.v1.OperationError
-	7,  // 26: sink.v1.Sink.Read:input_type -> sink.v1.ReadRequest
-	11, // 27: sink.v1.Sink.Write:input_type -> sink.v1.WriteRequest
-	17, // 28: sink.v1.Sink.Delete:input_type -> sink.v1.DeleteRequest
-	9,  // 29: sink.v1.Sink.Read:output_type -> sink.v1.ReadResponse
-	15, // 30: sink.v1.Sink.Write:output_type -> sink.v1.WriteResponse
-	19, // 31: sink.v1.Sink.Delete:output_type -> sink.v1.DeleteResponse
-	29, // [29:32] is the sub-list for method output_type
-	26, // [26:29] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	4,  // 26: sink.v1.KeyBound.key:type_name -> sink.v1.RecordKey
+	22, // 27: sink.v1.KeyRange.start:type_name -> sink.v1.KeyBound
+	22, // 28: sink.v1.KeyRange.end:type_name -> sink.v1.KeyBound
+	25, // 29: sink.v1.Filter.and:type_name -> sink.v1.FilterList
+	25, // 30: sink.v1.Filter.or:type_name -> sink.v1.FilterList
+	24, // 31: sink.v1.Filter.not:type_name -> sink.v1.Filter
+	26, // 32: sink.v1.Filter.eq:type_name -> sink.v1.FieldComparison
+	26, // 33: sink.v1.Filter.ne:type_name -> sink.v1.FieldComparison
+	26, // 34: sink.v1.Filter.lt:type_name -> sink.v1.FieldComparison
+	26, // 35: sink.v1.Filter.lte:type_name -> sink.v1.FieldComparison
+	26, // 36: sink.v1.Filter.gt:type_name -> sink.v1.FieldComparison
+	26, // 37: sink.v1.Filter.gte:type_name -> sink.v1.FieldComparison
+	27, // 38: sink.v1.Filter.in:type_name -> sink.v1.FieldIn
+	28, // 39: sink.v1.Filter.exists:type_name -> sink.v1.FieldExists
+	26, // 40: sink.v1.Filter.prefix:type_name -> sink.v1.FieldComparison
+	24, // 41: sink.v1.FilterList.filters:type_name -> sink.v1.Filter
+	29, // 42: sink.v1.FieldComparison.value:type_name -> sink.v1.ScalarValue
+	29, // 43: sink.v1.FieldIn.values:type_name -> sink.v1.ScalarValue
+	21, // 44: sink.v1.ScanRequest.dataset:type_name -> sink.v1.DatasetRef
+	23, // 45: sink.v1.ScanRequest.range:type_name -> sink.v1.KeyRange
+	24, // 46: sink.v1.ScanRequest.filter:type_name -> sink.v1.Filter
+	30, // 47: sink.v1.ScanRequest.projection:type_name -> sink.v1.Projection
+	4,  // 48: sink.v1.ScanRecord.key:type_name -> sink.v1.RecordKey
+	5,  // 49: sink.v1.ScanRecord.document:type_name -> sink.v1.Document
+	32, // 50: sink.v1.ScanPage.records:type_name -> sink.v1.ScanRecord
+	21, // 51: sink.v1.CountRequest.dataset:type_name -> sink.v1.DatasetRef
+	23, // 52: sink.v1.CountRequest.range:type_name -> sink.v1.KeyRange
+	24, // 53: sink.v1.CountRequest.filter:type_name -> sink.v1.Filter
+	7,  // 54: sink.v1.Sink.Read:input_type -> sink.v1.ReadRequest
+	11, // 55: sink.v1.Sink.Write:input_type -> sink.v1.WriteRequest
+	17, // 56: sink.v1.Sink.Delete:input_type -> sink.v1.DeleteRequest
+	31, // 57: sink.v1.Sink.Scan:input_type -> sink.v1.ScanRequest
+	34, // 58: sink.v1.Sink.Count:input_type -> sink.v1.CountRequest
+	9,  // 59: sink.v1.Sink.Read:output_type -> sink.v1.ReadResponse
+	15, // 60: sink.v1.Sink.Write:output_type -> sink.v1.WriteResponse
+	19, // 61: sink.v1.Sink.Delete:output_type -> sink.v1.DeleteResponse
+	33, // 62: sink.v1.Sink.Scan:output_type -> sink.v1.ScanPage
+	35, // 63: sink.v1.Sink.Count:output_type -> sink.v1.CountResponse
+	59, // [59:64] is the sub-list for method output_type
+	54, // [54:59] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_sink_v1_sink_proto_init() }
@@ -1625,13 +2968,35 @@ func file_sink_v1_sink_proto_init() {
 		(*WriteOperation_Put)(nil),
 		(*WriteOperation_Merge)(nil),
 	}
+	file_sink_v1_sink_proto_msgTypes[20].OneofWrappers = []any{}
+	file_sink_v1_sink_proto_msgTypes[21].OneofWrappers = []any{
+		(*Filter_And)(nil),
+		(*Filter_Or)(nil),
+		(*Filter_Not)(nil),
+		(*Filter_Eq)(nil),
+		(*Filter_Ne)(nil),
+		(*Filter_Lt)(nil),
+		(*Filter_Lte)(nil),
+		(*Filter_Gt)(nil),
+		(*Filter_Gte)(nil),
+		(*Filter_In)(nil),
+		(*Filter_Exists)(nil),
+		(*Filter_Prefix)(nil),
+	}
+	file_sink_v1_sink_proto_msgTypes[26].OneofWrappers = []any{
+		(*ScalarValue_NullValue)(nil),
+		(*ScalarValue_BoolValue)(nil),
+		(*ScalarValue_IntValue)(nil),
+		(*ScalarValue_DoubleValue)(nil),
+		(*ScalarValue_StringValue)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sink_v1_sink_proto_rawDesc), len(file_sink_v1_sink_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   18,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
