@@ -289,16 +289,25 @@ func (t *trackedAPI) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*si
 	return t.SinkServer.Delete(ctx, req)
 }
 
+// Count is admitted as one operation (its records are charged by the
+// application's admission, per storage read).
 func (t *trackedAPI) Count(ctx context.Context, req *sinkv1.CountRequest) (*sinkv1.CountResponse, error) {
-	t.inflight.Add(1)
-	defer t.inflight.Add(-1)
+	t.idle.request()
+	if err := t.adm.enter(1); err != nil {
+		return nil, err
+	}
+	defer t.adm.leave(1)
 	return t.SinkServer.Count(ctx, req)
 }
 
-// Scan is counted too; StreamCloser.CloseAll ends it at shutdown.
+// Scan is admitted and counted as one operation too; StreamCloser.CloseAll
+// ends it at shutdown.
 func (t *trackedAPI) Scan(req *sinkv1.ScanRequest, stream sinkv1.Sink_ScanServer) error {
-	t.inflight.Add(1)
-	defer t.inflight.Add(-1)
+	t.idle.request()
+	if err := t.adm.enter(1); err != nil {
+		return err
+	}
+	defer t.adm.leave(1)
 	return t.SinkServer.Scan(req, stream)
 }
 
