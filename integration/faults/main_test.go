@@ -22,6 +22,7 @@ const (
 	envLogLevel    = "SINK_FAULTS_LOG_LEVEL"    // SINK_LOG_LEVEL of the containers (default warn)
 	envMongoImage  = "SINK_FAULTS_MONGO_IMAGE"  // MongoDB image used when present locally (default mongo:7)
 	envStatic      = "SINK_FAULTS_STATIC"       // 1: workers are static group members (SINK_KAFKA_INSTANCE_ID)
+	envDB          = "SINK_FAULTS_DB"           // database of the run: mongo (default) or postgres
 )
 
 // suite is the process-wide state: the engine (nil without Docker) and why
