@@ -45,7 +45,7 @@ const (
 	loadDuration  = loadPerRecord * loadInterval   // about 3 s
 	stopGrace     = 25 * time.Second               // docker stop grace for SIGTERM
 	connKillTime  = 3 * time.Second                // db-connections: how long Sink's backends are terminated
-	connKillEvery = 250 * time.Millisecond         // db-connections: between two rounds
+	connKillEvery = 100 * time.Millisecond         // db-connections: between two rounds
 	allFaults     = "worker-sigkill,worker-freeze,db-pause,db-kill,db-connections,worker-partition,broker-restart,server-sigterm"
 	defaultTrials = "worker-sigkill=3,worker-freeze=2,db-pause=2,worker-partition=2,broker-restart=2,server-sigterm=2"
 	// defaultTrialsPostgres: SINK_FAULTS_DB=postgres runs the database
@@ -126,18 +126,27 @@ func faults() []fault {
 		{
 			name:     "db-connections",
 			only:     dbPostgres,
+			burst:    true,
 			describe: fmt.Sprintf("pg_terminate_backend of every backend of the Sink processes, every %s for %s (transactions cut before, during and after COMMIT)", connKillEvery, connKillTime),
 			inject: func(ctx context.Context, c *cluster, trial int, rng *rand.Rand) (string, error) {
-				total, rounds := 0, 0
+				ended := map[string]int{}
+				rounds := 0
 				for end := time.Now().Add(connKillTime); time.Now().Before(end); rounds++ {
 					n, err := terminateSinkBackends(ctx, c.pgPort)
 					if err != nil {
 						return "", err
 					}
-					total += n
+					for k, v := range n {
+						ended[k] += v
+					}
 					ctxtime.Sleep(ctx, connKillEvery) // the fault's rhythm
 				}
-				return fmt.Sprintf("%d backends terminated in %d rounds;", total, rounds), nil
+				total, states := 0, []string{}
+				for _, k := range slices.Sorted(maps.Keys(ended)) {
+					total += ended[k]
+					states = append(states, fmt.Sprintf("%d %s", ended[k], k))
+				}
+				return fmt.Sprintf("%d backends terminated in %d rounds (%s);", total, rounds, strings.Join(states, ", ")), nil
 			},
 		},
 		{

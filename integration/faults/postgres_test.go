@@ -119,7 +119,7 @@ func (e *engine) buildPostgresImage(ctx context.Context) (image, version string,
 	}
 	files = append(files, libs...)
 	for _, f := range files {
-		if err := copyFile(f, filepath.Join(root, f), 0o755); err != nil {
+		if err := copyInto(root, f, 0o755); err != nil {
 			return "", "", err
 		}
 	}
@@ -132,7 +132,7 @@ func (e *engine) buildPostgresImage(ctx context.Context) (image, version string,
 		}
 	}
 	for _, z := range []string{"/usr/share/zoneinfo/Etc/UTC", "/usr/share/zoneinfo/UTC"} {
-		if err := copyFile(z, filepath.Join(root, z), 0o644); err != nil {
+		if err := copyInto(root, z, 0o644); err != nil {
 			return "", "", err
 		}
 	}
@@ -158,8 +158,11 @@ func (e *engine) buildPostgresImage(ctx context.Context) (image, version string,
 	if version, err = initPostgresData(ctx, bin, dir, uid, gid); err != nil {
 		return "", "", err
 	}
-	df := fmt.Sprintf("FROM scratch\nCOPY rootfs/ /\nCOPY --chown=%d:%d pgdata %s\nUSER %d:%d\nENTRYPOINT [%q, \"-D\", %q]\n",
-		uid, gid, pgDataDir, uid, gid, postgres, pgDataDir)
+	// COPY creates its destination directory 0755, and PostgreSQL wants
+	// its data directory 0700: the parent is copied, so that the data
+	// directory keeps the mode initdb gave it.
+	df := fmt.Sprintf("FROM scratch\nCOPY rootfs/ /\nCOPY --chown=%d:%d pgparent %s\nUSER %d:%d\nENTRYPOINT [%q, \"-D\", %q]\n",
+		uid, gid, filepath.Dir(pgDataDir), uid, gid, postgres, pgDataDir)
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		return "", "", fmt.Errorf("cannot write the Dockerfile: %w", err)
 	}
@@ -189,7 +192,7 @@ func pgShareDir(bin string) string {
 	return filepath.Join("/usr/share/postgresql", filepath.Base(filepath.Dir(bin)))
 }
 
-// initPostgresData runs initdb as the postgres user into dir/pgdata (the
+// initPostgresData runs initdb as the postgres user into dir/pgparent/data (the
 // superuser pgtest.User with pgtest.Password, scram-sha-256), lets every
 // host of the Docker networks connect with that password, and returns the
 // server's version.
@@ -205,7 +208,13 @@ func initPostgresData(ctx context.Context, bin, dir string, uid, gid int) (strin
 	if err := os.Chown(pwfile, uid, gid); err != nil {
 		return "", err
 	}
-	data := filepath.Join(dir, "pgdata")
+	data := filepath.Join(dir, "pgparent", filepath.Base(pgDataDir))
+	if err := os.Mkdir(filepath.Join(dir, "pgparent"), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chown(filepath.Join(dir, "pgparent"), uid, gid); err != nil {
+		return "", err
+	}
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", pgtest.User, "--pwfile", pwfile,
 		"-A", "scram-sha-256", "-E", "UTF8", "--no-locale", "--no-sync")
 	cmd.Dir = dir
@@ -280,8 +289,21 @@ func copyTree(src, dst string, keep func(rel string, de fs.DirEntry) bool) error
 		if err != nil || !st.Mode().IsRegular() {
 			return nil // a dangling link or a special file
 		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
 		return copyFile(p, target, st.Mode().Perm())
 	})
+}
+
+// copyInto copies the file at the absolute path p (following links) to the
+// same path under root.
+func copyInto(root, p string, mode os.FileMode) error {
+	target := filepath.Join(root, p)
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return fmt.Errorf("cannot create %s: %w", filepath.Dir(target), err)
+	}
+	return copyFile(p, target, mode)
 }
 
 // pgAdminURL is the superuser's URL of database db through the published
@@ -361,23 +383,34 @@ func awaitPostgres(ctx context.Context, db *container, port int, limit time.Dura
 }
 
 // terminateSinkBackends ends every backend of the Sink processes
-// (application_name sink) with pg_terminate_backend and returns how many.
-func terminateSinkBackends(ctx context.Context, port int) (int, error) {
+// (application_name sink) with pg_terminate_backend and returns how many
+// it ended in each state (active, idle in transaction, idle).
+func terminateSinkBackends(ctx context.Context, port int) (map[string]int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, pgAdminURL(port, "postgres"))
 	if err != nil {
-		return 0, fmt.Errorf("cannot connect to PostgreSQL: %s", pgScrub(err))
+		return nil, fmt.Errorf("cannot connect to PostgreSQL: %s", pgScrub(err))
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var n int
-	err = conn.QueryRow(cctx, `SELECT count(*) FILTER (WHERE t) FROM (
-		SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity
-		WHERE application_name = 'sink' AND backend_type = 'client backend' AND pid <> pg_backend_pid()) s`).Scan(&n)
+	rows, err := conn.Query(cctx, `SELECT coalesce(state, '?'), pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = 'sink' AND backend_type = 'client backend' AND pid <> pg_backend_pid()`)
 	if err != nil {
-		return 0, fmt.Errorf("pg_terminate_backend: %s", pgScrub(err))
+		return nil, fmt.Errorf("pg_terminate_backend: %s", pgScrub(err))
 	}
-	return n, nil
+	out := map[string]int{}
+	var state string
+	var ended bool
+	_, err = pgx.ForEachRow(rows, []any{&state, &ended}, func() error {
+		if ended {
+			out[state]++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pg_terminate_backend: %s", pgScrub(err))
+	}
+	return out, nil
 }
 
 // pgScrub is an error's text without any part of the test password.
