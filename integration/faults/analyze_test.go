@@ -126,3 +126,15 @@ func TestPostgresURLs(t *testing.T) {
 		t.Errorf("pgScrub left a part of the password: %s", s)
 	}
 }
+
+func TestParseLdd(t *testing.T) {
+	out := "\tlinux-vdso.so.1 (0x00007ffd)\n" +
+		"\tlibpq.so.5 => /lib/x86_64-linux-gnu/libpq.so.5 (0x00007f1)\n" +
+		"\tlibmissing.so.1 => not found\n" +
+		"\t/lib64/ld-linux-x86-64.so.2 (0x00007f2)\n"
+	got := parseLdd([]byte(out))
+	want := []string{"/lib/x86_64-linux-gnu/libpq.so.5", "/lib64/ld-linux-x86-64.so.2"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("parseLdd: got %v, want %v", got, want)
+	}
+}

@@ -250,6 +250,17 @@ func lddPaths(ctx context.Context, program string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ldd %s: %w", program, err)
 	}
+	paths := parseLdd(out)
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("ldd %s named no libraries:\n%s", program, out)
+	}
+	return paths, nil
+}
+
+// parseLdd returns the absolute paths of ldd's output: the libraries
+// ("name => /path (0x…)") and the dynamic loader ("/path (0x…)"); the vDSO
+// has no file.
+func parseLdd(out []byte) []string {
 	var paths []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -258,13 +269,10 @@ func lddPaths(ctx context.Context, program string) ([]string, error) {
 		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
 			paths = append(paths, f[2])
 		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
-			paths = append(paths, f[0]) // the dynamic loader
+			paths = append(paths, f[0])
 		}
 	}
-	if len(paths) == 0 {
-		return nil, fmt.Errorf("ldd %s named no libraries:\n%s", program, out)
-	}
-	return paths, nil
+	return paths
 }
 
 // copyTree copies the regular files under src (following symbolic links to
