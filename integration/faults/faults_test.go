@@ -127,7 +127,7 @@ func faults() []fault {
 			name:     "db-connections",
 			only:     dbPostgres,
 			burst:    true,
-			describe: fmt.Sprintf("pg_terminate_backend of every backend of the Sink processes, every %s for %s (transactions cut before, during and after COMMIT)", connKillEvery, connKillTime),
+			describe: fmt.Sprintf("pg_terminate_backend of every backend of the Sink processes, every %s for %s, under a backlog (each trial's detail says in which states the backends were: idle, active, idle in transaction)", connKillEvery, connKillTime),
 			inject: func(ctx context.Context, c *cluster, trial int, rng *rand.Rand) (string, error) {
 				ended := map[string]int{}
 				rounds := 0
