@@ -32,7 +32,7 @@ help:
 	@echo "make test-race         run every test with the race detector"
 	@echo "make test-unit         run the tests that need no MongoDB or Kafka server"
 	@echo "make test-integration  run only the MongoDB- and Kafka-backed tests"
-	@echo "make test-faults       container fault suite (Docker; FAULTS_TRIALS=worker-sigkill=20,db-pause=5,...)"
+	@echo "make test-faults       container fault suite (Docker; FAULTS_TRIALS=worker-sigkill=20,db-pause=5,...; FAULTS_DB=postgres)"
 	@echo "make test-history      long linearizability histories of the synchronous API (HISTORY_OPS operations per client)"
 	@echo "make soak              the fault cycle in a loop on the container cluster for SOAK_DURATION (default 10m)"
 	@echo "make lint              go vet, staticcheck, gofmt, go mod tidy check, buf lint"
@@ -85,9 +85,14 @@ FAULTS_TRIALS ?=
 FAULTS_REQUIRE_ONCE ?= 1
 # FAULTS_STATIC=1: the workers are static group members (SINK_KAFKA_INSTANCE_ID).
 FAULTS_STATIC ?=
+# FAULTS_DB=postgres: the trials run against PostgreSQL (an image built FROM
+# scratch from the installed binaries) with their own defaults (db-pause,
+# db-kill, db-connections, worker-sigkill: 3 each); default: the MongoDB-wire
+# server.
+FAULTS_DB ?=
 
 test-faults:
-	SINK_FAULTS=1 SINK_FAULTS_TRIALS='$(FAULTS_TRIALS)' SINK_FAULTS_REQUIRE_ONCE='$(FAULTS_REQUIRE_ONCE)' SINK_FAULTS_STATIC='$(FAULTS_STATIC)' \
+	SINK_FAULTS=1 SINK_FAULTS_TRIALS='$(FAULTS_TRIALS)' SINK_FAULTS_REQUIRE_ONCE='$(FAULTS_REQUIRE_ONCE)' SINK_FAULTS_STATIC='$(FAULTS_STATIC)' SINK_FAULTS_DB='$(FAULTS_DB)' \
 		$(GO) test -count=1 -timeout 20m -v -run '^TestFaults' ./integration/faults/
 
 # The soak (integration/faults/soak_test.go): worker kill, worker freeze,

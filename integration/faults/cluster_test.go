@@ -48,6 +48,10 @@ type cluster struct {
 	dbKind  string
 	port    int
 	dbURI   string
+	// database is dbMongo or dbPostgres; pgPort is PostgreSQL's published
+	// loopback port (the test process terminates backends through it).
+	database string
+	pgPort   int
 	// sinkSource is the tree Sink was built from.
 	sinkSource string
 	conn       *grpc.ClientConn
@@ -65,6 +69,10 @@ func startCluster(ctx context.Context, e *engine, logf func(string, ...any)) (*c
 		return nil, fmt.Errorf("cannot create a build directory: %w", err)
 	}
 	defer os.RemoveAll(bins)
+	database, err := faultsDB()
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	// SINK_FAULTS_SINK_SOURCE builds Sink from another tree (for example an
 	// export of a commit, to compare with the working tree).
@@ -97,7 +105,7 @@ func startCluster(ctx context.Context, e *engine, logf func(string, ...any)) (*c
 		return nil, err
 	}
 
-	c := &cluster{e: e, dbKind: "FerretDB v1.24.2 (SQLite), FROM scratch", sinkSource: sinkSource}
+	c := &cluster{e: e, dbKind: "FerretDB v1.24.2 (SQLite), FROM scratch", sinkSource: sinkSource, database: database}
 	if c.dataNet, err = e.network("data"); err != nil {
 		return nil, err
 	}
@@ -105,12 +113,23 @@ func startCluster(ctx context.Context, e *engine, logf func(string, ...any)) (*c
 		return nil, err
 	}
 	// A real MongoDB where its image is present (docker pull mongo:7 first;
-	// the suite never pulls), else FerretDB.
+	// the suite never pulls), else FerretDB; or PostgreSQL (SINK_FAULTS_DB).
 	mongoImage := os.Getenv(envMongoImage)
 	if mongoImage == "" {
 		mongoImage = "mongo:7"
 	}
-	if _, err := e.dc.InspectImage(mongoImage); err == nil {
+	if database == dbPostgres {
+		t1 := time.Now()
+		pgImage, version, err := e.buildPostgresImage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		logf("faults: built the PostgreSQL image (%s) in %s", version, time.Since(t1).Round(time.Millisecond))
+		c.dbKind, c.dbURI = version+", installed binaries FROM scratch", pgSinkURL()
+		if c.db, c.pgPort, err = startPostgres(ctx, e, pgImage, c.dataNet.ID); err != nil {
+			return nil, err
+		}
+	} else if _, err := e.dc.InspectImage(mongoImage); err == nil {
 		c.dbKind, c.dbURI = mongoImage+" (single-node replica set)", dbURIMongo
 		if c.db, err = startMongo(ctx, e, mongoImage, c.dataNet.ID); err != nil {
 			return nil, err
@@ -191,7 +210,6 @@ func startCluster(ctx context.Context, e *engine, logf func(string, ...any)) (*c
 func (c *cluster) sinkEnv(mode string) []string {
 	env := []string{
 		"SINK_MODE=" + mode,
-		"SINK_MONGODB_URI=" + c.dbURI,
 		"SINK_KAFKA_BROKERS=broker:9092",
 		"SINK_KAFKA_TOPIC=" + topic,
 		"SINK_KAFKA_GROUP_ID=sink-workers",
@@ -214,6 +232,11 @@ func (c *cluster) sinkEnv(mode string) []string {
 		"SINK_SHUTDOWN_TIMEOUT=20s",
 		"SINK_LOG_FORMAT=text",
 		"SINK_LOG_LEVEL=" + logLevel(),
+	}
+	if c.database == dbPostgres {
+		env = append(env, "SINK_POSTGRES_URL="+c.dbURI)
+	} else {
+		env = append(env, "SINK_MONGODB_URI="+c.dbURI)
 	}
 	if c.dbURI == dbURI {
 		// FerretDB v1 limits (see mongotest.Server.SinkEnv).

@@ -29,6 +29,9 @@ type fault struct {
 	burst    bool
 	describe string
 	inject   func(ctx context.Context, c *cluster, trial int, rng *rand.Rand) (string, error)
+	// only names the database the fault applies to (empty: every one);
+	// against another its rows say n/a.
+	only string
 }
 
 const (
@@ -41,8 +44,14 @@ const (
 	loadPerRecord = 50                             // mutations per record: 400 per trial over 3 s
 	loadDuration  = loadPerRecord * loadInterval   // about 3 s
 	stopGrace     = 25 * time.Second               // docker stop grace for SIGTERM
-	allFaults     = "worker-sigkill,worker-freeze,db-pause,worker-partition,broker-restart,server-sigterm"
+	connKillTime  = 3 * time.Second                // db-connections: how long Sink's backends are terminated
+	connKillEvery = 100 * time.Millisecond         // db-connections: between two rounds
+	allFaults     = "worker-sigkill,worker-freeze,db-pause,db-kill,db-connections,worker-partition,broker-restart,server-sigterm"
 	defaultTrials = "worker-sigkill=3,worker-freeze=2,db-pause=2,worker-partition=2,broker-restart=2,server-sigterm=2"
+	// defaultTrialsPostgres: SINK_FAULTS_DB=postgres runs the database
+	// faults and worker kills (the others do not touch the database);
+	// SINK_FAULTS_TRIALS adds any.
+	defaultTrialsPostgres = "worker-sigkill=3,db-pause=3,db-kill=3,db-connections=3"
 )
 
 func faults() []fault {
@@ -77,13 +86,67 @@ func faults() []fault {
 		},
 		{
 			name:     "db-pause",
-			describe: fmt.Sprintf("docker pause of the database for %s (driver timeouts 3-5 s), then unpause", dbPause),
+			describe: fmt.Sprintf("docker pause of the database for %s (MongoDB driver timeouts 3-5 s; PostgreSQL connect_timeout 3 s, statements wait), then unpause", dbPause),
 			inject: func(ctx context.Context, c *cluster, trial int, rng *rand.Rand) (string, error) {
 				if err := c.db.pause(); err != nil {
 					return "", err
 				}
 				ctxtime.Sleep(ctx, dbPause) // the length of the fault
 				return "", c.db.unpause()
+			},
+		},
+		{
+			name:     "db-kill",
+			describe: "SIGKILL of the database container (the server and its backends die at once), then the same container started again: crash recovery from its data",
+			inject: func(ctx context.Context, c *cluster, trial int, rng *rand.Rand) (string, error) {
+				starts := countLines(c.db.logs(1000), "READY ")
+				t0 := time.Now()
+				if err := c.db.kill(syscall.SIGKILL); err != nil {
+					return "", err
+				}
+				if err := c.db.waitExit(10 * time.Second); err != nil {
+					return "", err
+				}
+				if err := c.db.restart(); err != nil {
+					return "", err
+				}
+				switch {
+				case c.database == dbPostgres:
+					if err := awaitPostgres(ctx, c.db, c.pgPort, 60*time.Second); err != nil {
+						return "", err
+					}
+				case c.dbURI == dbURI:
+					if err := c.db.awaitLog(ctx, "READY ", starts+1, 60*time.Second); err != nil {
+						return "", err
+					}
+				}
+				return "answering again " + time.Since(t0).Round(time.Millisecond).String() + " after the kill;", nil
+			},
+		},
+		{
+			name:     "db-connections",
+			only:     dbPostgres,
+			burst:    true,
+			describe: fmt.Sprintf("pg_terminate_backend of every backend of the Sink processes, every %s for %s, under a backlog (each trial's detail says in which states the backends were: idle, active, idle in transaction)", connKillEvery, connKillTime),
+			inject: func(ctx context.Context, c *cluster, trial int, rng *rand.Rand) (string, error) {
+				ended := map[string]int{}
+				rounds := 0
+				for end := time.Now().Add(connKillTime); time.Now().Before(end); rounds++ {
+					n, err := terminateSinkBackends(ctx, c.pgPort)
+					if err != nil {
+						return "", err
+					}
+					for k, v := range n {
+						ended[k] += v
+					}
+					ctxtime.Sleep(ctx, connKillEvery) // the fault's rhythm
+				}
+				total, states := 0, []string{}
+				for _, k := range slices.Sorted(maps.Keys(ended)) {
+					total += ended[k]
+					states = append(states, fmt.Sprintf("%d %s", ended[k], k))
+				}
+				return fmt.Sprintf("%d backends terminated in %d rounds (%s);", total, rounds, strings.Join(states, ", ")), nil
 			},
 		},
 		{
@@ -141,10 +204,14 @@ func faults() []fault {
 	}
 }
 
-// trialsConfig parses SINK_FAULTS_TRIALS over the defaults.
-func trialsConfig() (map[string]int, error) {
+// trialsConfig parses SINK_FAULTS_TRIALS over the defaults of the database.
+func trialsConfig(database string) (map[string]int, error) {
 	out := map[string]int{}
-	for _, spec := range []string{defaultTrials, os.Getenv(envTrials)} {
+	defaults := defaultTrials
+	if database == dbPostgres {
+		defaults = defaultTrialsPostgres
+	}
+	for _, spec := range []string{defaults, os.Getenv(envTrials)} {
 		for _, f := range strings.Split(spec, ",") {
 			if f = strings.TrimSpace(f); f == "" {
 				continue
@@ -170,13 +237,18 @@ type trialResult struct {
 	wrong     int
 	recovery  time.Duration
 	failed    bool
+	na        bool  // the fault does not apply to the database
 	load      *load // for the late check of trials with missing mutations
 }
 
 // The container fault suite: every fault, its trials, the table.
 func TestFaults(t *testing.T) {
 	e := suiteEngine(t)
-	trials, err := trialsConfig()
+	database, err := faultsDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials, err := trialsConfig(database)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +286,11 @@ func TestFaults(t *testing.T) {
 
 	var results []trialResult
 	for _, f := range faults() {
+		if f.only != "" && f.only != c.database && trials[f.name] > 0 {
+			t.Logf("%s: does not apply to %s (n/a)", f.name, c.dbKind)
+			results = append(results, trialResult{fault: f.name, na: true})
+			continue
+		}
 		for i := 1; i <= trials[f.name]; i++ {
 			t.Run(fmt.Sprintf("%s/%d", f.name, i), func(t *testing.T) {
 				r := runTrial(t, ctx, c, f, i, rng)
@@ -245,6 +322,11 @@ func TestFaults(t *testing.T) {
 			r.fault, r.trial, r.counts.Lost-now.Lost, r.counts.Lost, recoveryLimit, now.Lost)
 		t.Log(line)
 		late = append(late, line)
+	}
+	if c.database == dbPostgres {
+		if leaks := passwordLeaks(append([]*container{c.server}, c.workers...)); len(leaks) > 0 {
+			t.Errorf("the logs of %v show a part of the PostgreSQL password", leaks)
+		}
 	}
 	table := renderTable(results, c.dbKind+"; Sink built from "+c.sinkSource, requireOnce, time.Since(t0))
 	if len(late) > 0 {
@@ -405,7 +487,12 @@ func renderTable(results []trialResult, dbKind string, requireOnce bool, took ti
 		rec                                                                    []time.Duration
 	}
 	byFault := map[string]*agg{}
+	na := map[string]bool{}
 	for _, r := range results {
+		if r.na {
+			na[r.fault] = true
+			continue
+		}
 		a := byFault[r.fault]
 		if a == nil {
 			a = &agg{}
@@ -428,11 +515,15 @@ func renderTable(results []trialResult, dbKind string, requireOnce bool, took ti
 		a.rec = append(a.rec, r.recovery)
 	}
 	var b strings.Builder
+	fmt.Fprintf(&b, "Database: %s\n\n", dbKind)
 	fmt.Fprintf(&b, "| Fault | Trials | Accepted | Applied | Lost (dead-lettered) | Applied twice | Out of order | Dead letters of applied | Recovery median / max | Client: retryable errors | Client: wrong answers |\n")
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
 	for _, name := range strings.Split(allFaults, ",") {
 		a := byFault[name]
 		if a == nil {
+			if na[name] {
+				fmt.Fprintf(&b, "| %s | n/a | | | | | | | | | |\n", name)
+			}
 			continue
 		}
 		sort.Slice(a.rec, func(i, j int) bool { return a.rec[i] < a.rec[j] })
@@ -441,8 +532,11 @@ func renderTable(results []trialResult, dbKind string, requireOnce bool, took ti
 			med.Round(100*time.Millisecond), mx.Round(100*time.Millisecond), a.retryable, a.wrong)
 	}
 	for _, f := range faults() {
-		if byFault[f.name] != nil {
+		switch {
+		case byFault[f.name] != nil:
 			fmt.Fprintf(&b, "\n- %s: %s", f.name, f.describe)
+		case na[f.name]:
+			fmt.Fprintf(&b, "\n- %s: %s; n/a: it applies to %s only", f.name, f.describe, f.only)
 		}
 	}
 	b.WriteString("\n")

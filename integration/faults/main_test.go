@@ -22,6 +22,8 @@ const (
 	envLogLevel    = "SINK_FAULTS_LOG_LEVEL"    // SINK_LOG_LEVEL of the containers (default warn)
 	envMongoImage  = "SINK_FAULTS_MONGO_IMAGE"  // MongoDB image used when present locally (default mongo:7)
 	envStatic      = "SINK_FAULTS_STATIC"       // 1: workers are static group members (SINK_KAFKA_INSTANCE_ID)
+	envDB          = "SINK_FAULTS_DB"           // database of the run: mongo (default) or postgres
+	envSweepStale  = "SINK_FAULTS_SWEEP_STALE"  // 0: leave the objects of earlier runs alone (other developers share the engine)
 )
 
 // suite is the process-wide state: the engine (nil without Docker) and why
@@ -45,8 +47,12 @@ func initSuite() {
 		suite.reason = "fault suite skipped: " + err.Error()
 		return
 	}
-	if err := sweepStale(e.dc); err != nil {
-		fmt.Fprintf(os.Stderr, "faults: removing objects of earlier runs: %v\n", err)
+	// SINK_FAULTS_SWEEP_STALE=0 leaves the objects of earlier runs alone,
+	// whatever their process looks like from here (a shared engine).
+	if os.Getenv(envSweepStale) != "0" {
+		if err := sweepStale(e.dc); err != nil {
+			fmt.Fprintf(os.Stderr, "faults: removing objects of earlier runs: %v\n", err)
+		}
 	}
 	suite.eng = e
 	suite.live.Store(e)
