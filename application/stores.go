@@ -99,53 +99,41 @@ func (ss *storeSet) unknown(store string) error {
 }
 
 func (ss *storeSet) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
-	out := make([]ports.ReadResult, len(addrs))
-	order, groups := ss.split(len(addrs), func(i int) string { return addrs[i].Store })
-	each(order, func(store string) {
-		pos := groups[store]
-		st := ss.byName[store]
-		if st == nil {
-			for _, i := range pos {
-				out[i] = ports.ReadResult{Err: ss.unknown(store)}
-			}
-			return
-		}
-		if len(order) == 1 {
-			copy(out, st.Read(ctx, addrs))
-			return
-		}
-		sub := make([]domain.Address, len(pos))
-		for k, i := range pos {
-			sub[k] = addrs[i]
-		}
-		for k, r := range st.Read(ctx, sub) {
-			out[pos[k]] = r
-		}
-	})
-	return out
+	return routed(ss, addrs, func(a domain.Address) string { return a.Store },
+		func(st ports.Storage, sub []domain.Address) []ports.ReadResult { return st.Read(ctx, sub) },
+		func(err error) ports.ReadResult { return ports.ReadResult{Err: err} })
 }
 
 func (ss *storeSet) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
-	out := make([]ports.WriteResult, len(ops))
-	order, groups := ss.split(len(ops), func(i int) string { return ops[i].Address.Store })
-	each(order, func(store string) {
-		pos := groups[store]
-		st := ss.byName[store]
+	return routed(ss, ops, func(op ports.WriteOp) string { return op.Address.Store },
+		func(st ports.Storage, sub []ports.WriteOp) []ports.WriteResult { return st.Write(ctx, sub) },
+		func(err error) ports.WriteResult { return ports.WriteResult{Err: err} })
+}
+
+// routed makes one storage call per store of the items (store names each
+// item's), concurrently when they span stores, and returns the results in
+// the items' order; an item of a store not served gets failed's result.
+func routed[T, R any](ss *storeSet, items []T, store func(T) string, call func(ports.Storage, []T) []R, failed func(error) R) []R {
+	out := make([]R, len(items))
+	order, groups := ss.split(len(items), func(i int) string { return store(items[i]) })
+	each(order, func(name string) {
+		pos := groups[name]
+		st := ss.byName[name]
 		if st == nil {
 			for _, i := range pos {
-				out[i] = ports.WriteResult{Err: ss.unknown(store)}
+				out[i] = failed(ss.unknown(name))
 			}
 			return
 		}
 		if len(order) == 1 {
-			copy(out, st.Write(ctx, ops))
+			copy(out, call(st, items))
 			return
 		}
-		sub := make([]ports.WriteOp, len(pos))
+		sub := make([]T, len(pos))
 		for k, i := range pos {
-			sub[k] = ops[i]
+			sub[k] = items[i]
 		}
-		for k, r := range st.Write(ctx, sub) {
+		for k, r := range call(st, sub) {
 			out[pos[k]] = r
 		}
 	})
