@@ -253,36 +253,12 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireOnce := os.Getenv(envRequireOnce) != "0" // effectively-once delivery has landed (#15)
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv(envSeed); v != "" {
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("%s: %v", envSeed, err)
-		}
-	}
-	t.Logf("seed %d (%s=%d repeats the fault points)", seed, envSeed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
-
+	rng := suiteRand(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	t0 := time.Now()
-	c, err := startCluster(ctx, e, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := warmCluster(t, ctx, e)
 	defer c.close()
-	t.Logf("cluster up in %s: %s, kfake broker, Sink server and 2 workers, FROM scratch images", time.Since(t0).Round(time.Millisecond), c.dbKind)
-	t.Cleanup(func() {
-		if t.Failed() {
-			c.saveLogs(t)
-		}
-	})
-
-	// Warm-up: the workers have joined the group and apply.
-	warm := newLoad("warmup", 4, 5, 10*time.Millisecond, false)
-	warm.run(ctx, c.client)
-	if _, err := awaitApplied(ctx, c, warm, 60*time.Second); err != nil {
-		t.Fatalf("warm-up: %v", err)
-	}
 
 	var results []trialResult
 	for _, f := range faults() {
@@ -572,4 +548,44 @@ func dockerVersion() string {
 		return "?"
 	}
 	return env.Get("Version")
+}
+
+// suiteRand is the random source of the fault points: seeded from
+// SINK_FAULTS_SEED, or from the clock (logged, to repeat a run).
+func suiteRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(envSeed); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("%s: %v", envSeed, err)
+		}
+	}
+	t.Logf("seed %d (%s=%d repeats the fault points)", seed, envSeed, seed)
+	return rand.New(rand.NewPCG(seed, seed>>1|1))
+}
+
+// warmCluster starts the cluster (its containers' logs are saved when the
+// test fails) and waits until the workers have joined the group and
+// apply; the caller closes it.
+func warmCluster(t *testing.T, ctx context.Context, e *engine) *cluster {
+	t.Helper()
+	t0 := time.Now()
+	c, err := startCluster(ctx, e, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cluster up in %s: %s, kfake broker, Sink server and 2 workers, FROM scratch images", time.Since(t0).Round(time.Millisecond), c.dbKind)
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.saveLogs(t)
+		}
+	})
+	warm := newLoad("warmup", 4, 5, 10*time.Millisecond, false)
+	warm.run(ctx, c.client)
+	if _, err := awaitApplied(ctx, c, warm, 60*time.Second); err != nil {
+		c.close()
+		t.Fatalf("warm-up: %v", err)
+	}
+	return c
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"runtime"
@@ -43,27 +42,12 @@ func TestSoak(t *testing.T) {
 		t.Skip("the soak runs with " + envSoak + "=<duration> (make soak)")
 	}
 	e := suiteEngine(t)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
+	rng := suiteRand(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	t0 := time.Now()
-	c, err := startCluster(ctx, e, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := warmCluster(t, ctx, e)
 	defer c.close()
-	t.Cleanup(func() {
-		if t.Failed() {
-			c.saveLogs(t)
-		}
-	})
-	warm := newLoad("soak-warmup", 4, 5, 10*time.Millisecond, false)
-	warm.run(ctx, c.client)
-	if _, err := awaitApplied(ctx, c, warm, 60*time.Second); err != nil {
-		t.Fatalf("warm-up: %v", err)
-	}
 	byName := map[string]fault{}
 	for _, f := range faults() {
 		byName[f.name] = f
