@@ -134,16 +134,24 @@ func FuzzUnmarshalAgreesWithProto(f *testing.F) {
 	})
 }
 
-func BenchmarkUnmarshalWrite500(b *testing.B) {
+// write500 is a WriteRequest of 500 puts, and the codecs the benchmarks
+// compare.
+func write500() *sinkv1.WriteRequest {
 	r := &sinkv1.WriteRequest{}
 	for range 500 {
 		r.Operations = append(r.Operations, sampleWrite().Operations[0])
 	}
-	data, _ := proto.Marshal(r)
-	for _, c := range []struct {
-		name  string
-		codec encoding.CodecV2
-	}{{"vtcodec", New()}, {"stock", encoding.GetCodecV2(protoenc.Name)}} {
+	return r
+}
+
+var benchCodecs = []struct {
+	name  string
+	codec encoding.CodecV2
+}{{"vtcodec", New()}, {"stock", encoding.GetCodecV2(protoenc.Name)}}
+
+func BenchmarkUnmarshalWrite500(b *testing.B) {
+	data, _ := proto.Marshal(write500())
+	for _, c := range benchCodecs {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -157,14 +165,8 @@ func BenchmarkUnmarshalWrite500(b *testing.B) {
 }
 
 func BenchmarkMarshalWrite500(b *testing.B) {
-	r := &sinkv1.WriteRequest{}
-	for range 500 {
-		r.Operations = append(r.Operations, sampleWrite().Operations[0])
-	}
-	for _, c := range []struct {
-		name  string
-		codec encoding.CodecV2
-	}{{"vtcodec", New()}, {"stock", encoding.GetCodecV2(protoenc.Name)}} {
+	r := write500()
+	for _, c := range benchCodecs {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
