@@ -148,6 +148,8 @@ type Config struct {
 	// client's retry of a record's mutation is recognised and not applied
 	// again (see domain.AppliedMark).
 	IdempotencyRing int
+	// Scan bounds the work of one Scan page and of one Count.
+	Scan ScanLimits
 	// AsyncDisabledHint is appended to the error returned for
 	// RETURN_AFTER_ACCEPTED requests when no queue is configured; it should
 	// name the settings that enable the queue.
@@ -173,6 +175,7 @@ func DefaultConfig() Config {
 		Apply:           RetryPolicy{MaxAttempts: 10, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second},
 		Batch:           BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 2},
 		IdempotencyRing: domain.DefaultAppliedRing,
+		Scan:            DefaultScanLimits(),
 	}
 }
 
@@ -182,7 +185,7 @@ func (c Config) Validate() error {
 	if c.Store == "" {
 		errs = append(errs, errors.New("store name must not be empty"))
 	}
-	errs = append(errs, c.Limits.Validate(), c.Merge.Validate("merge"), c.Apply.Validate("apply retry"))
+	errs = append(errs, c.Limits.Validate(), c.Merge.Validate("merge"), c.Apply.Validate("apply retry"), c.Scan.Validate())
 	if c.Batch.Enabled && c.Batch.MaxOps < 1 {
 		errs = append(errs, fmt.Errorf("batch: max operations must be at least 1, got %d", c.Batch.MaxOps))
 	}

@@ -3,6 +3,7 @@ package application
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -26,36 +27,27 @@ type ScanLimits struct {
 	MaxCountScanned int
 }
 
-// DefaultScanLimits are the scan limits used when none are configured.
+// DefaultScanLimits are the scan limits of DefaultConfig.
 func DefaultScanLimits() ScanLimits {
 	return ScanLimits{PageTime: 5 * time.Second, MaxScannedPerPage: 10_000, CountTime: 30 * time.Second, MaxCountScanned: 10_000_000}
 }
 
-// WithScanLimits sets the scan limits (zero fields keep their defaults).
-func WithScanLimits(l ScanLimits) Option {
-	return func(s *Service) {
-		d := DefaultScanLimits()
-		if l.PageTime > 0 {
-			d.PageTime = l.PageTime
-		}
-		if l.MaxScannedPerPage > 0 {
-			d.MaxScannedPerPage = l.MaxScannedPerPage
-		}
-		if l.CountTime > 0 {
-			d.CountTime = l.CountTime
-		}
-		if l.MaxCountScanned > 0 {
-			d.MaxCountScanned = l.MaxCountScanned
-		}
-		s.scanLimits = &d
+// Validate reports every invalid limit at once.
+func (l ScanLimits) Validate() error {
+	var errs []error
+	if l.PageTime <= 0 {
+		errs = append(errs, fmt.Errorf("scan: page time must be positive, got %s", l.PageTime))
 	}
-}
-
-func (s *Service) scanLimitsOrDefault() ScanLimits {
-	if s.scanLimits != nil {
-		return *s.scanLimits
+	if l.MaxScannedPerPage < 1 {
+		errs = append(errs, fmt.Errorf("scan: max scanned per page must be at least 1, got %d", l.MaxScannedPerPage))
 	}
-	return DefaultScanLimits()
+	if l.CountTime <= 0 {
+		errs = append(errs, fmt.Errorf("count: time must be positive, got %s", l.CountTime))
+	}
+	if l.MaxCountScanned < 1 {
+		errs = append(errs, fmt.Errorf("count: max scanned must be at least 1, got %d", l.MaxCountScanned))
+	}
+	return errors.Join(errs...)
 }
 
 // ScanRequest asks for one page of a scan.
@@ -225,7 +217,7 @@ func (s *Service) Scan(ctx context.Context, req *ScanRequest) (ScanPage, error) 
 		}
 		after = &k
 	}
-	lim := s.scanLimitsOrDefault()
+	lim := s.cfg.Scan
 	pageCtx, cancel := context.WithTimeout(ctx, lim.PageTime)
 	defer cancel()
 	var page ScanPage
@@ -321,7 +313,7 @@ func (s *Service) Count(ctx context.Context, req *CountRequest) (CountResult, er
 		}
 		return CountResult{Count: r.Count, Exact: r.Exact || !req.Estimate}, nil
 	}
-	lim := s.scanLimitsOrDefault()
+	lim := s.cfg.Scan
 	cctx, cancel := context.WithTimeout(ctx, lim.CountTime)
 	defer cancel()
 	var n int64

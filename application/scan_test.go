@@ -63,7 +63,7 @@ func scanAllPages(t *testing.T, ctx context.Context, s *application.Service, req
 // page makes progress (some return nothing), and the matches come back
 // once each, in order.
 func TestScanBoundsScannedRecordsPerPage(t *testing.T) {
-	s, err := application.NewService(application.DefaultConfig(), scanStore(t, 40), nil, application.WithScanLimits(application.ScanLimits{MaxScannedPerPage: 7}))
+	s, err := application.NewService(scanConfig(func(l *application.ScanLimits) { l.MaxScannedPerPage = 7 }), scanStore(t, 40), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func (b *blockingScanner) Scan(ctx context.Context, q ports.ScanQuery) (ports.Sc
 
 func TestScanPageTimeBudgetAndCancellation(t *testing.T) {
 	bs := &blockingScanner{Store: scanStore(t, 10)}
-	s, err := application.NewService(application.DefaultConfig(), bs, nil, application.WithScanLimits(application.ScanLimits{PageTime: 50 * time.Millisecond}))
+	s, err := application.NewService(scanConfig(func(l *application.ScanLimits) { l.PageTime = 50 * time.Millisecond }), bs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestCount(t *testing.T) {
 	if c, err := s.Count(context.Background(), &application.CountRequest{Spec: spec}); err != nil || c.Count != 5 || !c.Exact {
 		t.Fatalf("count with a filter: %+v %v", c, err)
 	}
-	small, err := application.NewService(application.DefaultConfig(), scanStore(t, 25), nil, application.WithScanLimits(application.ScanLimits{MaxCountScanned: 10}))
+	small, err := application.NewService(scanConfig(func(l *application.ScanLimits) { l.MaxCountScanned = 10 }), scanStore(t, 25), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,4 +302,12 @@ func TestScanPageBytesAreBounded(t *testing.T) {
 	if len(pages) < 2 || total != 10 {
 		t.Fatalf("%d pages, %d records", len(pages), total)
 	}
+}
+
+// scanConfig returns the default configuration with its scan limits
+// changed by set.
+func scanConfig(set func(*application.ScanLimits)) application.Config {
+	cfg := application.DefaultConfig()
+	set(&cfg.Scan)
+	return cfg
 }

@@ -46,8 +46,6 @@ type Service struct {
 	// (one adapter per served store).
 	extraStores map[string]ports.Storage
 	stores      *storeSet
-	// scanLimits: see WithScanLimits (nil: the defaults).
-	scanLimits *ScanLimits
 }
 
 // Option customizes a Service.
