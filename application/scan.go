@@ -196,34 +196,98 @@ func (s *Service) checkKey(field string, k domain.Key) error {
 // dataset). Admission is asked before every storage read, for the number
 // of records that read may scan.
 func (s *Service) Scan(ctx context.Context, req *ScanRequest) (ScanPage, error) {
-	spec := req.Spec
-	sc, err := s.prepareScan(ctx, &spec)
-	if err != nil {
+	var out ScanPage
+	err := s.ScanPages(ctx, req, 0, func(p *ScanPage) error {
+		out = *p
+		return errStopPages
+	})
+	if err != nil && !errors.Is(err, errStopPages) {
 		return ScanPage{}, err
 	}
+	return out, nil
+}
+
+// errStopPages ends ScanPages after Scan's one page.
+var errStopPages = errors.New("one page")
+
+// ScanPages runs a scan page after page, as Scan would for each page's
+// cursor, and calls yield with each page until the scan is complete,
+// maxRecords records have been returned (0: no bound; the last page is cut
+// to fit) or yield returns an error, which ScanPages returns. Every page is
+// checked and admitted as in Scan; the pages share one storage stream
+// where the store has one (ports.ScanStreamer), so the range is read once,
+// not queried again per page. A page yield receives is its own until
+// yield returns.
+func (s *Service) ScanPages(ctx context.Context, req *ScanRequest, maxRecords int, yield func(*ScanPage) error) error {
 	size := req.PageSize
 	switch {
 	case size == 0:
 		size = domain.DefaultScanPageSize
 	case size < 0 || size > domain.MaxScanPageSize:
-		return ScanPage{}, domain.Errorf(domain.CodeInvalidArgument, "page_size must be between 1 and %d, got %d", domain.MaxScanPageSize, size)
+		return domain.Errorf(domain.CodeInvalidArgument, "page_size must be between 1 and %d, got %d", domain.MaxScanPageSize, size)
 	}
 	var after *domain.Key
 	if len(req.Cursor) > 0 {
 		// The binding covers the request as sent (store as given).
 		k, err := domain.DecodeCursor(&req.Spec, req.Cursor, s.cfg.Limits.MaxKeyBytes)
 		if err != nil {
-			return ScanPage{}, domain.Errorf(domain.CodeInvalidArgument, "cursor: %v", err)
+			return domain.Errorf(domain.CodeInvalidArgument, "cursor: %v", err)
 		}
 		after = &k
 	}
+	var rd *scanReader
+	defer func() {
+		if rd != nil {
+			rd.close()
+		}
+	}()
+	cursor := req.Cursor
+	for sent := 0; ; {
+		spec := req.Spec
+		sc, err := s.prepareScan(ctx, &spec)
+		if err != nil {
+			return err
+		}
+		if rd == nil {
+			rd = &scanReader{sc: sc, q: ports.ScanQuery{Dataset: spec.Dataset, Range: spec.Range, Descending: spec.Descending, Filter: spec.Filter}}
+		}
+		n := size
+		if maxRecords > 0 {
+			n = min(n, maxRecords-sent)
+		}
+		page, last, done, err := s.scanPage(ctx, &spec, rd, after, n)
+		if err != nil {
+			return err
+		}
+		switch {
+		case done:
+		case last != nil:
+			page.Cursor = domain.EncodeCursor(&req.Spec, *last)
+			after = last
+		default:
+			page.Cursor = cursor
+		}
+		if err := yield(&page); err != nil {
+			return err
+		}
+		sent += page.Returned
+		if len(page.Cursor) == 0 || (maxRecords > 0 && sent >= maxRecords) {
+			return nil
+		}
+		cursor = page.Cursor
+	}
+}
+
+// scanPage reads one page of at most size records after after from rd,
+// within the page's limits (ScanLimits, domain.MaxScanPageBytes). last is
+// the last key it scanned (nil: none), done whether the range is
+// exhausted.
+func (s *Service) scanPage(ctx context.Context, spec *domain.ScanSpec, rd *scanReader, after *domain.Key, size int) (page ScanPage, last *domain.Key, done bool, err error) {
 	lim := s.cfg.Scan
 	pageCtx, cancel := context.WithTimeout(ctx, lim.PageTime)
 	defer cancel()
-	var page ScanPage
 	bytes := 0
-	var last *domain.Key
-	done := false
+	last = after
 	for !done && page.Returned < size && bytes < domain.MaxScanPageBytes && page.Scanned < lim.MaxScannedPerPage {
 		want := size - page.Returned
 		if spec.Filter != nil {
@@ -234,21 +298,17 @@ func (s *Service) Scan(ctx context.Context, req *ScanRequest) (ScanPage, error) 
 			if page.Scanned > 0 {
 				break
 			}
-			return ScanPage{}, err
+			return ScanPage{}, nil, false, err
 		}
-		q := ports.ScanQuery{Dataset: spec.Dataset, Range: spec.Range, After: after, Descending: spec.Descending, Filter: spec.Filter, Limit: want}
-		if last != nil {
-			q.After = last
-		}
-		res, err := sc.Scan(pageCtx, q)
+		res, err := rd.read(pageCtx, last, want)
 		if err != nil {
 			if ctx.Err() == nil && pageCtx.Err() != nil && page.Scanned > 0 {
 				break // the page's time budget ran out: return what it has
 			}
 			if ctx.Err() == nil && pageCtx.Err() != nil {
-				return ScanPage{}, domain.Errorf(domain.CodeUnavailable, "the storage returned no record within the page's time budget (%s)", lim.PageTime)
+				return ScanPage{}, nil, false, domain.Errorf(domain.CodeUnavailable, "the storage returned no record within the page's time budget (%s)", lim.PageTime)
 			}
-			return ScanPage{}, domain.AsError(err)
+			return ScanPage{}, nil, false, domain.AsError(err)
 		}
 		consumed := 0
 		for _, it := range res.Items {
@@ -267,35 +327,97 @@ func (s *Service) Scan(ctx context.Context, req *ScanRequest) (ScanPage, error) 
 			}
 			doc, err := spec.Projection.Project(it.Record.Document)
 			if err != nil {
-				return ScanPage{}, domain.Errorf(domain.CodeInternal, "record %s: cannot project the stored document: %v", k, err)
+				return ScanPage{}, nil, false, domain.Errorf(domain.CodeInternal, "record %s: cannot project the stored document: %v", k, err)
 			}
 			page.Records = append(page.Records, ScanRecord{Key: k, Document: doc, Revision: it.Record.Revision})
 			page.Returned++
 			bytes += len(doc.Data)
 		}
+		rd.unread(res.Items[consumed:], res.Done)
 		done = res.Done && consumed == len(res.Items)
 		if pageCtx.Err() != nil {
 			break
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return ScanPage{}, domain.AsError(err)
+		return ScanPage{}, nil, false, domain.AsError(err)
 	}
-	if !done {
-		switch {
-		case last != nil:
-			page.Cursor = domain.EncodeCursor(&req.Spec, *last)
-		default:
-			page.Cursor = req.Cursor
+	if last == after {
+		last = nil
+	}
+	return page, last, done, nil
+}
+
+// scanReader reads the records of a scan's pages from its store: with a
+// query per read, resuming after the last key scanned, or from one stream
+// of the storage for all of them (ports.ScanStreamer). Records a page read
+// but did not take wait for the next page.
+type scanReader struct {
+	sc ports.Scanner
+	// q: the scan's dataset, range, order and filter.
+	q      ports.ScanQuery
+	stream ports.ScanStream
+	// pending: records read but not taken, done: the read that returned
+	// them reached the end of the range.
+	pending []ports.ScanItem
+	done    bool
+}
+
+// read returns up to n records after after (the last key the scan took).
+func (r *scanReader) read(ctx context.Context, after *domain.Key, n int) (ports.ScanResult, error) {
+	if len(r.pending) > 0 {
+		items := r.pending[:min(n, len(r.pending))]
+		r.pending = r.pending[len(items):]
+		return ports.ScanResult{Items: items, Done: len(r.pending) == 0 && r.done}, nil
+	}
+	q := r.q
+	q.After, q.Limit = after, n
+	st, ok := r.sc.(ports.ScanStreamer)
+	if !ok {
+		return r.sc.Scan(ctx, q)
+	}
+	for fresh := r.stream == nil; ; fresh = true {
+		if r.stream == nil {
+			stream, err := st.OpenScan(ctx, q)
+			if err != nil {
+				return ports.ScanResult{}, err
+			}
+			r.stream = stream
+		}
+		res, err := r.stream.Next(ctx, n)
+		if err == nil {
+			return res, nil
+		}
+		// A stream that failed is spent. One that served earlier pages
+		// may have failed for its age (a server-side cursor that timed out
+		// while a slow client read the last page): it is opened again
+		// after the last key taken, once; a new one that fails (the
+		// page's time budget, a lost connection) fails the read.
+		r.close()
+		if fresh || ctx.Err() != nil {
+			return ports.ScanResult{}, err
 		}
 	}
-	return page, nil
+}
+
+// unread keeps records a page read but did not take for the next read;
+// done tells whether the read that returned them reached the end.
+func (r *scanReader) unread(items []ports.ScanItem, done bool) {
+	r.pending, r.done = items, done
+}
+
+func (r *scanReader) close() {
+	if r.stream != nil {
+		r.stream.Close()
+		r.stream = nil
+	}
 }
 
 // Count counts the records of a dataset in a range that match a filter.
 // Without a filter the storage counts (an estimate only when the request
 // allows one and the storage has one); with a filter Sink scans the range
-// and evaluates it, within ScanLimits.CountTime and MaxCountScanned.
+// and evaluates it (through one storage stream where the store has one),
+// within ScanLimits.CountTime and MaxCountScanned.
 func (s *Service) Count(ctx context.Context, req *CountRequest) (CountResult, error) {
 	spec := req.Spec
 	spec.Descending, spec.Projection = false, domain.Projection{}
@@ -316,6 +438,8 @@ func (s *Service) Count(ctx context.Context, req *CountRequest) (CountResult, er
 	lim := s.cfg.Scan
 	cctx, cancel := context.WithTimeout(ctx, lim.CountTime)
 	defer cancel()
+	rd := &scanReader{sc: sc, q: ports.ScanQuery{Dataset: spec.Dataset, Range: spec.Range, Filter: spec.Filter}}
+	defer rd.close()
 	var n int64
 	scanned := 0
 	var after *domain.Key
@@ -327,7 +451,7 @@ func (s *Service) Count(ctx context.Context, req *CountRequest) (CountResult, er
 		if err := s.admit(ctx, want, 0); err != nil {
 			return CountResult{}, err
 		}
-		res, err := sc.Scan(cctx, ports.ScanQuery{Dataset: spec.Dataset, Range: spec.Range, After: after, Filter: spec.Filter, Limit: want})
+		res, err := rd.read(cctx, after, want)
 		if err != nil {
 			if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
 				return CountResult{}, domain.Errorf(domain.CodeResourceExhausted, "count with a filter did not finish within its time budget (%s) after scanning %d records; narrow the range", lim.CountTime, scanned)

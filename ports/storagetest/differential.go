@@ -30,8 +30,9 @@ type Differential struct {
 
 // Run runs rounds of the differential test from seed: each round writes
 // docs random documents to a fresh dataset of both storages and compares
-// filters random scans (random filter, order, range and page size). It
-// returns the number of cases compared.
+// filters random scans (random filter, order, range and page size),
+// every other one through a stream where the subject streams scans
+// (ports.ScanStreamer). It returns the number of cases compared.
 func (d *Differential) Run(ctx context.Context, t testing.TB, seed uint64, rounds, docs, filters int) int {
 	t.Helper()
 	if d.KeyKinds == nil {
@@ -88,7 +89,13 @@ func (d *Differential) Run(ctx context.Context, t testing.TB, seed uint64, round
 			rq, sq := q, q
 			rq.Dataset, sq.Dataset = rd, sd
 			wantKeys, wantDocs := ScanAll(ctx, t, ref, rq, matcher(t, f))
-			gotKeys, gotDocs := ScanAll(ctx, t, sub, sq, matcher(t, f))
+			var gotKeys []domain.Key
+			var gotDocs []domain.Document
+			if st, ok := d.Subject.(ports.ScanStreamer); ok && cases%2 == 1 {
+				gotKeys, gotDocs = ScanAllStream(ctx, t, st, sq, matcher(t, f))
+			} else {
+				gotKeys, gotDocs = ScanAll(ctx, t, sub, sq, matcher(t, f))
+			}
 			cases++
 			if !equalKeys(gotKeys, wantKeys) {
 				t.Fatalf("seed %d round %d: filter %s (descending %v, range %s, page %d): keys %v, reference %v", seed, round, FormatFilter(f), q.Descending, describeRange(q.Range), q.Limit, gotKeys, wantKeys)
