@@ -218,6 +218,20 @@ func (s *Store) scanItem(raw bson.Raw, d domain.DatasetRef) (it ports.ScanItem, 
 	return ports.ScanItem{Key: k, Record: rec}, id, true, nil
 }
 
+// scanShape returns what a scan's finds share: the part of q's filter
+// MongoDB evaluates (pushdown; nil: none) and the sort on _id in q's
+// direction.
+func (s *Store) scanShape(q ports.ScanQuery) (extra bsoncore.Document, sort bson.D) {
+	if q.Filter != nil {
+		extra, _ = pushdown(q.Filter, s.enc.hidden)
+	}
+	dir := int32(1)
+	if q.Descending {
+		dir = -1
+	}
+	return extra, bson.D{{Key: idKey, Value: dir}}
+}
+
 // Scan implements ports.Scanner: one find per key kind (in key order)
 // with the kind's _id range, sorted on _id, so MongoDB walks its _id
 // index; the parts of the filter MongoDB evaluates exactly like Sink are
@@ -234,14 +248,7 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 	if err != nil {
 		return ports.ScanResult{}, err
 	}
-	var extra bsoncore.Document
-	if q.Filter != nil {
-		extra, _ = pushdown(q.Filter, s.enc.hidden)
-	}
-	dir := int32(1)
-	if q.Descending {
-		dir = -1
-	}
+	extra, sort := s.scanShape(q)
 	coll := s.collection(t)
 	var items []ports.ScanItem
 	var resume *bsoncore.Value
@@ -255,7 +262,7 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 			return ports.ScanResult{Items: items, Done: true}, nil
 		}
 		want := q.Limit - len(items)
-		opts := options.Find().SetSort(bson.D{{Key: idKey, Value: dir}}).SetLimit(int64(want))
+		opts := options.Find().SetSort(sort).SetLimit(int64(want))
 		cur, err := coll.Find(ctx, and(rf, extra), opts)
 		if err != nil {
 			return ports.ScanResult{}, classifyRead(fmt.Errorf("cannot scan %s: %w", t, err))
@@ -315,16 +322,9 @@ func (s *Store) OpenScan(ctx context.Context, q ports.ScanQuery) (ports.ScanStre
 	if !ok {
 		return &scanStream{done: true}, nil
 	}
-	var extra bsoncore.Document
-	if q.Filter != nil {
-		extra, _ = pushdown(q.Filter, s.enc.hidden)
-	}
-	dir := int32(1)
-	if q.Descending {
-		dir = -1
-	}
+	extra, sort := s.scanShape(q)
 	batch := int32(min(max(q.Limit, minStreamBatch), maxStreamBatch))
-	opts := options.Find().SetSort(bson.D{{Key: idKey, Value: dir}}).SetBatchSize(batch)
+	opts := options.Find().SetSort(sort).SetBatchSize(batch)
 	cur, err := s.collection(t).Find(ctx, and(rf, extra), opts)
 	if err != nil {
 		return nil, classifyRead(fmt.Errorf("cannot scan %s: %w", t, err))
