@@ -413,7 +413,7 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 			items = append(items, ports.ScanItem{Key: k, Record: domain.Record{Document: r.doc, Revision: r.rev}})
 		}
 		if err == nil {
-			if t.legacy == nil && binaryColumns(rows) {
+			if t.legacy == nil && rawReadable(rows) {
 				err = eachRawRow(rows, &arena, emit)
 			} else {
 				err = eachRow(t, rows, emit)
@@ -436,11 +436,16 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 	return ports.ScanResult{Items: items, Done: true}, nil
 }
 
-// binaryColumns reports whether every column of rows comes in the binary
-// format, in which a bytea or text value is its bytes as they are.
-func binaryColumns(rows pgx.Rows) bool {
-	for _, fd := range rows.FieldDescriptions() {
-		if fd.Format != pgx.BinaryFormatCode {
+// rawReadable reports whether the columns of a Sink table's scanSQL come
+// in formats whose raw values are the values' bytes: bytea in the binary
+// format (its text format is hex), text in either.
+func rawReadable(rows pgx.Rows) bool {
+	fds := rows.FieldDescriptions()
+	if len(fds) < 4 {
+		return false
+	}
+	for _, i := range []int{0, 2, 3} {
+		if fds[i].Format != pgx.BinaryFormatCode {
 			return false
 		}
 	}
