@@ -282,3 +282,76 @@ func TestScanUsesIndexes(t *testing.T) {
 		}
 	}
 }
+
+// TestScanDifferentialBoundTables: the differential test over bound tables
+// created by SQL — string keys in a text column with a linguistic
+// collation where the server has one (scanned by bytes all the same) and
+// JSON documents in a json column, int64 keys and jsonb documents
+// (normalised by PostgreSQL, so records are compared by value).
+func TestScanDifferentialBoundTables(t *testing.T) {
+	p, url := newPool(t, 4)
+	textType := "text"
+	if pgtest.PSQL(t, url, `SELECT count(*) FROM pg_collation WHERE collname = 'und-x-icu'`) == "1" {
+		textType = `text COLLATE "und-x-icu"`
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		keyType, column, docType string
+		kind                     domain.KeyKind
+		seed                     uint64
+	}{
+		{postgres.KeyTypeText, textType, postgres.DocTypeJSON, domain.KeyString, 7},
+		{postgres.KeyTypeBigint, "bigint", postgres.DocTypeJSONB, domain.KeyInt64, 8},
+	} {
+		t.Run(c.keyType, func(t *testing.T) {
+			// The differential writes datasets diff<seed>_<round>.
+			var bindings []postgres.Binding
+			for round := range 2 {
+				table := fmt.Sprintf("diff%d_%d", c.seed, round)
+				pgtest.PSQL(t, url, `CREATE TABLE public.`+table+` (id `+c.column+` PRIMARY KEY, body `+c.docType+` NOT NULL)`)
+				bindings = append(bindings, postgres.Binding{Namespace: "bound", Dataset: table, Schema: "public", Table: table,
+					KeyColumn: "id", KeyType: c.keyType, DocumentColumn: "body", DocumentType: c.docType})
+			}
+			d := storagetest.Differential{Reference: memory.New(), Subject: newStore(t, p, postgres.Options{Bindings: bindings}),
+				Store: "primary", RefNamespace: "ref", Namespace: "bound", Encode: storagetest.EncodeJSON,
+				SubjectEncode: storagetest.EncodeJSON, KeyKinds: []domain.KeyKind{c.kind}}
+			if n := d.Run(ctx, t, c.seed, 2, 60, 150); n != 300 {
+				t.Fatalf("compared %d cases", n)
+			}
+		})
+	}
+}
+
+// TestCountEstimate: an estimate of a whole dataset is PostgreSQL's row
+// estimate (not exact) once the table was analyzed, and an exact count
+// before.
+func TestCountEstimate(t *testing.T) {
+	p, _ := newPool(t, 2)
+	s := newStore(t, p, postgres.Options{})
+	ctx := ctxT(t)
+	d := domain.DatasetRef{Store: "primary", Namespace: "est", Dataset: "d"}
+	var ops []ports.WriteOp
+	for i := range 50 {
+		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: domain.Address{Store: d.Store, Namespace: d.Namespace, Dataset: d.Dataset, Key: domain.Int64Key(int64(i))},
+			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{}`)}})
+	}
+	for _, r := range s.Write(ctx, ops) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if c, err := s.Count(ctx, ports.CountQuery{Dataset: d, Estimate: true}); err != nil || !c.Exact || c.Count != 50 {
+		t.Fatalf("estimate before ANALYZE: %+v, %v; want an exact 50", c, err)
+	}
+	if _, err := p.Exec(ctx, `ANALYZE est.d`); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Count(ctx, ports.CountQuery{Dataset: d, Estimate: true}); err != nil || c.Exact || c.Count != 50 {
+		t.Fatalf("estimate after ANALYZE: %+v, %v; want an estimate of 50", c, err)
+	}
+	start := domain.Int64Key(10)
+	if c, err := s.Count(ctx, ports.CountQuery{Dataset: d, Estimate: true, Range: domain.KeyRange{Start: &domain.KeyBound{Key: start, Inclusive: true}}}); err != nil || !c.Exact || c.Count != 40 {
+		t.Fatalf("estimate of a range: %+v, %v; want an exact 40", c, err)
+	}
+}
