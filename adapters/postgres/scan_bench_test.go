@@ -46,15 +46,8 @@ func newPGScanBench(b *testing.B) *pgScanBench {
 	for i := range n {
 		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: domain.Address{Store: d.Store, Namespace: d.Namespace, Dataset: d.Dataset, Key: domain.Int64Key(int64(i))},
 			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: scanbench.JSONDoc(i)}})
-		if len(ops) == 1000 || i == n-1 {
-			for _, r := range s.Write(ctx, ops) {
-				if r.Err != nil {
-					b.Fatal(r.Err)
-				}
-			}
-			ops = ops[:0]
-		}
 	}
+	putAll(b, ctx, s, ops)
 	if _, err := p.Exec(ctx, `VACUUM ANALYZE bench.scan`); err != nil {
 		b.Fatal(err)
 	}

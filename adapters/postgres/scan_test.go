@@ -156,7 +156,7 @@ func TestScanLegacyTables(t *testing.T) {
 			for _, r := range ranges {
 				for _, desc := range []bool{false, true} {
 					var want []domain.Key
-					for _, k := range sorted(all, desc) {
+					for _, k := range storagetest.SortedKeys(all, desc) {
 						if r.Contains(k) {
 							want = append(want, k)
 						}
@@ -192,13 +192,17 @@ func TestScanLegacyTables(t *testing.T) {
 	}
 }
 
-func sorted(ks []domain.Key, desc bool) []domain.Key {
-	out := slices.Clone(ks)
-	slices.SortFunc(out, domain.CompareKeys)
-	if desc {
-		slices.Reverse(out)
+// putAll writes ops in batches of 500.
+func putAll(t testing.TB, ctx context.Context, s *postgres.Store, ops []ports.WriteOp) {
+	t.Helper()
+	for i := 0; i < len(ops); i += 500 {
+		chunk := ops[i:min(i+500, len(ops))]
+		for j, r := range s.Write(ctx, chunk) {
+			if r.Err != nil {
+				t.Fatalf("put %v: %v", chunk[j].Address, r.Err)
+			}
+		}
 	}
-	return out
 }
 
 // TestScanUsesIndexes: on a table Sink created, the statement of every key
@@ -227,13 +231,7 @@ func TestScanUsesIndexes(t *testing.T) {
 		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: domain.Address{Store: d.Store, Namespace: d.Namespace, Dataset: d.Dataset, Key: k},
 			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"x":1}`)}})
 	}
-	for i := 0; i < len(ops); i += 500 {
-		for _, r := range s.Write(ctx, ops[i:i+500]) {
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-		}
-	}
+	putAll(t, ctx, s, ops)
 	if _, err := p.Exec(ctx, `ANALYZE plans.d`); err != nil {
 		t.Fatal(err)
 	}
@@ -336,11 +334,7 @@ func TestCountEstimate(t *testing.T) {
 		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: domain.Address{Store: d.Store, Namespace: d.Namespace, Dataset: d.Dataset, Key: domain.Int64Key(int64(i))},
 			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{}`)}})
 	}
-	for _, r := range s.Write(ctx, ops) {
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
+	putAll(t, ctx, s, ops)
 	if c, err := s.Count(ctx, ports.CountQuery{Dataset: d, Estimate: true}); err != nil || !c.Exact || c.Count != 50 {
 		t.Fatalf("estimate before ANALYZE: %+v, %v; want an exact 50", c, err)
 	}
