@@ -318,34 +318,46 @@ func keyArray(t target, args []any) any {
 	}
 }
 
+// selectColumns returns the columns eachRow reads from table t: key,
+// content type, document, revision (Sink's tables) or meta (bound tables),
+// and the mark (NULL unless withMark).
+func selectColumns(t target, withMark bool) string {
+	b := t.legacy
+	if b == nil {
+		if withMark {
+			return "k, content_type, doc, rev, mark"
+		}
+		return "k, content_type, doc, rev, NULL::bytea"
+	}
+	kc, dc, mc := pgx.Identifier{b.KeyColumn}.Sanitize(), pgx.Identifier{b.DocumentColumn}.Sanitize(), pgx.Identifier{b.MetaColumn}.Sanitize()
+	key := kc
+	if b.KeyType == KeyTypeUUID {
+		key = kc + "::text"
+	}
+	doc := dc + "::text"
+	if b.DocumentType == DocTypeBytea {
+		doc = dc
+	}
+	return key + ", NULL::text, " + doc + ", " + mc + ", NULL::bytea"
+}
+
 // selectSQL returns the statement reading the rows of keys $1 of table t
-// (columns: key, content type, document, revision/meta, mark), locking
-// them when forUpdate.
+// (columns: selectColumns), locking them when forUpdate.
 func selectSQL(t target, forUpdate bool) string {
-	var q string
+	q := "SELECT " + selectColumns(t, true) + " FROM " + t.ident()
 	if b := t.legacy; b == nil {
-		q = "SELECT k, content_type, doc, rev, mark FROM " + t.ident() + " WHERE k = ANY($1)"
+		q += " WHERE k = ANY($1)"
+		if forUpdate {
+			q += " ORDER BY k" // key order: concurrent calls lock rows in the same order
+		}
 	} else {
-		kc, dc, mc := pgx.Identifier{b.KeyColumn}.Sanitize(), pgx.Identifier{b.DocumentColumn}.Sanitize(), pgx.Identifier{b.MetaColumn}.Sanitize()
-		key := kc
-		if b.KeyType == KeyTypeUUID {
-			key = kc + "::text"
-		}
-		doc := dc + "::text"
-		if b.DocumentType == DocTypeBytea {
-			doc = dc
-		}
-		cast := "::" + b.KeyType + "[]"
-		q = "SELECT " + key + ", NULL::text, " + doc + ", " + mc + ", NULL::bytea FROM " + t.ident() + " WHERE " + kc + " = ANY($1" + cast + ")"
+		kc := pgx.Identifier{b.KeyColumn}.Sanitize()
+		q += " WHERE " + kc + " = ANY($1::" + b.KeyType + "[])"
 		if forUpdate {
 			q += " ORDER BY " + kc
 		}
 	}
 	if forUpdate {
-		// Key order: concurrent calls lock rows in the same order.
-		if t.legacy == nil {
-			q += " ORDER BY k"
-		}
 		q += " FOR UPDATE"
 	}
 	return q
@@ -734,11 +746,15 @@ func (s *Store) create(ctx context.Context, t target) error {
 	rev bytea NOT NULL,
 	mark bytea
 )`
+	// The index of bytes keys (scan.go) comes with the table; tables
+	// created before it work without it (docs/postgres.md).
 	var err error
 	for attempt := 0; attempt < 10; attempt++ {
 		if _, err = s.pool.Exec(ctx, schema); err == nil {
 			if _, err = s.pool.Exec(ctx, table); err == nil {
-				return nil
+				if _, err = s.pool.Exec(ctx, bytesIndexSQL(t)); err == nil {
+					return nil
+				}
 			}
 		}
 		switch sqlState(err) {

@@ -234,7 +234,8 @@ func collectScan(t testing.TB, q ports.ScanQuery, match func(domain.Document) bo
 	}
 }
 
-func sortedKeys(ks []domain.Key, desc bool) []domain.Key {
+// SortedKeys returns a copy of ks in key order (descending: reversed).
+func SortedKeys(ks []domain.Key, desc bool) []domain.Key {
 	out := slices.Clone(ks)
 	slices.SortFunc(out, domain.CompareKeys)
 	if desc {
@@ -253,7 +254,7 @@ func testScanKeyOrder(t *testing.T, h *scanHarness) {
 	h.putKeys(d, ks)
 	for _, desc := range []bool{false, true} {
 		got := h.scanAll(ports.ScanQuery{Dataset: d, Descending: desc, Limit: 1000})
-		if want := sortedKeys(ks, desc); !equalKeys(got, want) {
+		if want := SortedKeys(ks, desc); !equalKeys(got, want) {
 			t.Fatalf("descending %v: keys %v, want %v", desc, got, want)
 		}
 	}
@@ -264,7 +265,7 @@ func testScanPageSizes(t *testing.T, h *scanHarness) {
 	ks := h.sampleKeys()
 	h.putKeys(d, ks)
 	for _, desc := range []bool{false, true} {
-		want := sortedKeys(ks, desc)
+		want := SortedKeys(ks, desc)
 		for n := 1; n <= len(ks)+1; n++ {
 			if got := h.scanAll(ports.ScanQuery{Dataset: d, Descending: desc, Limit: n}); !equalKeys(got, want) {
 				t.Fatalf("page size %d, descending %v: keys %v, want %v", n, desc, got, want)
@@ -277,7 +278,7 @@ func testScanRanges(t *testing.T, h *scanHarness) {
 	d := h.dataset("ranges")
 	ks := h.sampleKeys()
 	h.putKeys(d, ks)
-	sorted := sortedKeys(ks, false)
+	sorted := SortedKeys(ks, false)
 	var ranges []domain.KeyRange
 	// Every pair of stored keys (and some absent ones) as bounds, both ways
 	// inclusive and exclusive.
@@ -300,7 +301,7 @@ func testScanRanges(t *testing.T, h *scanHarness) {
 	for _, r := range ranges {
 		for _, desc := range []bool{false, true} {
 			var want []domain.Key
-			for _, k := range sortedKeys(ks, desc) {
+			for _, k := range SortedKeys(ks, desc) {
 				if r.Contains(k) {
 					want = append(want, k)
 				}
@@ -356,7 +357,7 @@ func testScanIsolation(t *testing.T, h *scanHarness) {
 	h.putKeys(h.dataset("mine2"), ks)
 	h.putKeys(h.dataset("min"), ks)
 	got := h.scanAll(ports.ScanQuery{Dataset: d, Limit: 4})
-	if want := sortedKeys(ks[:len(ks)/2], false); !equalKeys(got, want) {
+	if want := SortedKeys(ks[:len(ks)/2], false); !equalKeys(got, want) {
 		t.Fatalf("keys %v, want only this dataset's %v", got, want)
 	}
 }
@@ -450,7 +451,7 @@ func testScanFilterSuperset(t *testing.T, h *scanHarness) {
 			t.Fatalf("generated an invalid filter: %v", err)
 		}
 		var want []domain.Key
-		for _, k := range sortedKeys(ks, false) {
+		for _, k := range SortedKeys(ks, false) {
 			v := docs[k]
 			if f.Match(&v) {
 				want = append(want, k)
