@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -197,7 +198,7 @@ func (s *Service) checkKey(field string, k domain.Key) error {
 // of records that read may scan.
 func (s *Service) Scan(ctx context.Context, req *ScanRequest) (ScanPage, error) {
 	var out ScanPage
-	err := s.ScanPages(ctx, req, 0, func(p *ScanPage) error {
+	err := s.scanPages(ctx, req, 0, false, func(p *ScanPage) error {
 		out = *p
 		return errStopPages
 	})
@@ -219,6 +220,21 @@ var errStopPages = errors.New("one page")
 // not queried again per page. A page yield receives is its own until
 // yield returns.
 func (s *Service) ScanPages(ctx context.Context, req *ScanRequest, maxRecords int, yield func(*ScanPage) error) error {
+	return s.scanPages(ctx, req, maxRecords, true, yield)
+}
+
+// Read-ahead of a call that reads several pages from a store without
+// streams: each query after the first reads up to this many records, and
+// up to about this many bytes of them by the sizes read so far, and the
+// pages that follow take them in turn.
+const (
+	scanAheadRecords = 8192
+	scanAheadBytes   = 4 << 20
+)
+
+// scanPages is ScanPages; ahead enables read-ahead (for a call that will
+// read more than one page).
+func (s *Service) scanPages(ctx context.Context, req *ScanRequest, maxRecords int, ahead bool, yield func(*ScanPage) error) error {
 	size := req.PageSize
 	switch {
 	case size == 0:
@@ -250,6 +266,12 @@ func (s *Service) ScanPages(ctx context.Context, req *ScanRequest, maxRecords in
 		}
 		if rd == nil {
 			rd = &scanReader{sc: sc, q: ports.ScanQuery{Dataset: spec.Dataset, Range: spec.Range, Descending: spec.Descending, Filter: spec.Filter}}
+			if ahead {
+				rd.ahead = scanAheadRecords
+				if maxRecords > 0 && spec.Filter == nil {
+					rd.ahead = min(rd.ahead, maxRecords)
+				}
+			}
 		}
 		n := size
 		if maxRecords > 0 {
@@ -300,7 +322,7 @@ func (s *Service) scanPage(ctx context.Context, spec *domain.ScanSpec, rd *scanR
 			}
 			return ScanPage{}, nil, false, err
 		}
-		res, err := rd.read(pageCtx, last, want)
+		res, err := rd.next(pageCtx, last, want)
 		if err != nil {
 			if ctx.Err() == nil && pageCtx.Err() != nil && page.Scanned > 0 {
 				break // the page's time budget ran out: return what it has
@@ -361,10 +383,15 @@ type scanReader struct {
 	// them reached the end of the range.
 	pending []ports.ScanItem
 	done    bool
+	// ahead: the most records one query may read ahead of a page's need
+	// (0: none); read and readBytes: the records queries returned so far
+	// and their documents' bytes, which size the read-ahead.
+	ahead           int
+	read, readBytes int
 }
 
-// read returns up to n records after after (the last key the scan took).
-func (r *scanReader) read(ctx context.Context, after *domain.Key, n int) (ports.ScanResult, error) {
+// next returns up to n records after after (the last key the scan took).
+func (r *scanReader) next(ctx context.Context, after *domain.Key, n int) (ports.ScanResult, error) {
 	if len(r.pending) > 0 {
 		items := r.pending[:min(n, len(r.pending))]
 		r.pending = r.pending[len(items):]
@@ -374,7 +401,19 @@ func (r *scanReader) read(ctx context.Context, after *domain.Key, n int) (ports.
 	q.After, q.Limit = after, n
 	st, ok := r.sc.(ports.ScanStreamer)
 	if !ok {
-		return r.sc.Scan(ctx, q)
+		if r.ahead > 0 && r.read > 0 {
+			q.Limit = max(n, min(r.ahead, scanAheadBytes/max(r.readBytes/r.read, 1)))
+		}
+		res, err := r.sc.Scan(ctx, q)
+		for _, it := range res.Items {
+			r.read++
+			r.readBytes += len(it.Record.Document.Data)
+		}
+		if len(res.Items) > n {
+			r.pending, r.done = res.Items[n:], res.Done
+			res.Items, res.Done = res.Items[:n], false
+		}
+		return res, err
 	}
 	for fresh := r.stream == nil; ; fresh = true {
 		if r.stream == nil {
@@ -400,10 +439,17 @@ func (r *scanReader) read(ctx context.Context, after *domain.Key, n int) (ports.
 	}
 }
 
-// unread keeps records a page read but did not take for the next read;
-// done tells whether the read that returned them reached the end.
+// unread puts back records a page read but did not take, before those
+// still pending; done tells whether the read that returned them reached
+// the end (it matters only when nothing else is pending: otherwise the
+// end is where the pending records end).
 func (r *scanReader) unread(items []ports.ScanItem, done bool) {
-	r.pending, r.done = items, done
+	if len(r.pending) == 0 {
+		r.done = done
+	}
+	if len(items) > 0 {
+		r.pending = append(slices.Clip(items), r.pending...)
+	}
 }
 
 func (r *scanReader) close() {
@@ -451,7 +497,7 @@ func (s *Service) Count(ctx context.Context, req *CountRequest) (CountResult, er
 		if err := s.admit(ctx, want, 0); err != nil {
 			return CountResult{}, err
 		}
-		res, err := rd.read(cctx, after, want)
+		res, err := rd.next(cctx, after, want)
 		if err != nil {
 			if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
 				return CountResult{}, domain.Errorf(domain.CodeResourceExhausted, "count with a filter did not finish within its time budget (%s) after scanning %d records; narrow the range", lim.CountTime, scanned)

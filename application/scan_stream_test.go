@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,5 +173,66 @@ func TestScanPagesLimitAndStop(t *testing.T) {
 	})
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Fatalf("yield's error: %v after %d calls", err, calls)
+	}
+}
+
+// countingScanner counts the queries of a store without streams and the
+// records they asked for.
+type countingScanner struct {
+	*memory.Store
+	queries int
+	limits  []int
+}
+
+func (c *countingScanner) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, error) {
+	c.queries++
+	c.limits = append(c.limits, q.Limit)
+	return c.Store.Scan(ctx, q)
+}
+
+// A call that reads several pages from a store without streams reads
+// ahead after its first query (by the sizes of the records read), and the
+// following pages take those records in turn: every key once, in order,
+// in a few queries. A call for one page (Scan) never reads ahead.
+func TestScanPagesReadAhead(t *testing.T) {
+	cs := &countingScanner{Store: scanStore(t, 50)}
+	s, err := application.NewService(application.DefaultConfig(), cs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	pages := 0
+	err = s.ScanPages(t.Context(), &application.ScanRequest{Spec: scanSpec(), PageSize: 3}, 0, func(p *application.ScanPage) error {
+		pages++
+		for _, r := range p.Records {
+			got = append(got, r.Key.StringValue())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range got {
+		if want := fmt.Sprintf("k%03d", i); k != want {
+			t.Fatalf("keys %v: position %d holds %s, want %s", got, i, k, want)
+		}
+	}
+	if len(got) != 50 || pages != 17 || cs.queries != 2 || cs.limits[1] <= 3 {
+		t.Fatalf("%d keys in %d pages with %d queries (limits %v); want 50 in 17 with 2", len(got), pages, cs.queries, cs.limits)
+	}
+	cs.queries, cs.limits = 0, nil
+	p, err := s.Scan(t.Context(), &application.ScanRequest{Spec: scanSpec(), PageSize: 3})
+	if err != nil || p.Returned != 3 || fmt.Sprint(cs.limits) != "[3]" {
+		t.Fatalf("one page: %d records, queries with limits %v, %v", p.Returned, cs.limits, err)
+	}
+	// A call with a bound reads no further ahead than the bound.
+	cs.queries, cs.limits = 0, nil
+	n := 0
+	err = s.ScanPages(t.Context(), &application.ScanRequest{Spec: scanSpec(), PageSize: 3}, 7, func(p *application.ScanPage) error {
+		n += p.Returned
+		return nil
+	})
+	if err != nil || n != 7 || slices.Max(cs.limits) > 7 {
+		t.Fatalf("bounded call: %d records, query limits %v, %v", n, cs.limits, err)
 	}
 }
