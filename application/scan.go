@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -223,10 +224,11 @@ func (s *Service) ScanPages(ctx context.Context, req *ScanRequest, maxRecords in
 	return s.scanPages(ctx, req, maxRecords, true, yield)
 }
 
-// Read-ahead of a call that reads several pages from a store without
-// streams: each query after the first reads up to this many records, and
-// up to about this many bytes of them by the sizes read so far, and the
-// pages that follow take them in turn.
+// Read-ahead of a call that reads several pages (or a filtered Count) from
+// a store without streams: after its first query, each query runs in the
+// background while the caller takes the records read before, for up to
+// this many records, and up to about this many bytes of them by the sizes
+// read so far; the pages that follow take them in turn.
 const (
 	scanAheadRecords = 8192
 	scanAheadBytes   = 4 << 20
@@ -265,13 +267,14 @@ func (s *Service) scanPages(ctx context.Context, req *ScanRequest, maxRecords in
 			return err
 		}
 		if rd == nil {
-			rd = &scanReader{sc: sc, q: ports.ScanQuery{Dataset: spec.Dataset, Range: spec.Range, Descending: spec.Descending, Filter: spec.Filter}}
-			if ahead {
-				rd.ahead = scanAheadRecords
-				if maxRecords > 0 && spec.Filter == nil {
-					rd.ahead = min(rd.ahead, maxRecords)
-				}
+			n := 0
+			switch {
+			case ahead && maxRecords > 0 && spec.Filter == nil:
+				n = min(scanAheadRecords, maxRecords)
+			case ahead:
+				n = scanAheadRecords
 			}
+			rd = newScanReader(ctx, sc, ports.ScanQuery{Dataset: spec.Dataset, Range: spec.Range, Descending: spec.Descending, Filter: spec.Filter}, n)
 		}
 		n := size
 		if maxRecords > 0 {
@@ -388,32 +391,59 @@ type scanReader struct {
 	// and their documents' bytes, which size the read-ahead.
 	ahead           int
 	read, readBytes int
+	// callCtx bounds reads ahead; flight is the one running in the
+	// background (nil: none), after the last record pending or taken,
+	// so the store works on the next records while the caller sends a
+	// page; stopFlight cancels it.
+	callCtx    context.Context
+	flight     chan aheadRead
+	stopFlight context.CancelFunc
+}
+
+// newScanReader returns a reader of q's records from sc that reads up to
+// ahead records ahead of the pages' need in the background, within ctx
+// (0: none), where sc has no streams.
+func newScanReader(ctx context.Context, sc ports.Scanner, q ports.ScanQuery, ahead int) *scanReader {
+	r := &scanReader{sc: sc, q: q, callCtx: ctx}
+	if _, streams := sc.(ports.ScanStreamer); !streams {
+		r.ahead = ahead
+	}
+	return r
+}
+
+// aheadRead is the outcome of a read ahead.
+type aheadRead struct {
+	res ports.ScanResult
+	err error
 }
 
 // next returns up to n records after after (the last key the scan took).
 func (r *scanReader) next(ctx context.Context, after *domain.Key, n int) (ports.ScanResult, error) {
+	if len(r.pending) == 0 && r.flight != nil {
+		if err := r.land(ctx); err != nil {
+			return ports.ScanResult{}, err
+		}
+	}
 	if len(r.pending) > 0 {
 		items := r.pending[:min(n, len(r.pending))]
 		r.pending = r.pending[len(items):]
-		return ports.ScanResult{Items: items, Done: len(r.pending) == 0 && r.done}, nil
+		r.launch(items[len(items)-1].Key)
+		return ports.ScanResult{Items: items, Done: len(r.pending) == 0 && r.done && r.flight == nil}, nil
 	}
 	q := r.q
 	q.After, q.Limit = after, n
 	st, ok := r.sc.(ports.ScanStreamer)
 	if !ok {
-		if r.ahead > 0 && r.read > 0 {
-			q.Limit = max(n, min(r.ahead, scanAheadBytes/max(r.readBytes/r.read, 1)))
-		}
 		res, err := r.sc.Scan(ctx, q)
-		for _, it := range res.Items {
-			r.read++
-			r.readBytes += len(it.Record.Document.Data)
+		if err != nil {
+			return ports.ScanResult{}, err
 		}
-		if len(res.Items) > n {
-			r.pending, r.done = res.Items[n:], res.Done
-			res.Items, res.Done = res.Items[:n], false
+		r.account(res.Items)
+		if len(res.Items) > 0 && !res.Done {
+			r.done = false
+			r.launch(res.Items[len(res.Items)-1].Key)
 		}
-		return res, err
+		return res, nil
 	}
 	for fresh := r.stream == nil; ; fresh = true {
 		if r.stream == nil {
@@ -439,6 +469,58 @@ func (r *scanReader) next(ctx context.Context, after *domain.Key, n int) (ports.
 	}
 }
 
+// account counts the records a query returned, which size the next read
+// ahead.
+func (r *scanReader) account(items []ports.ScanItem) {
+	for _, it := range items {
+		r.read++
+		r.readBytes += len(it.Record.Document.Data)
+	}
+}
+
+// launch starts a read ahead in the background, after the last pending
+// record (or after last, the last one taken, when none is pending), when
+// the reader reads ahead, none runs and the range has more.
+func (r *scanReader) launch(last domain.Key) {
+	if r.ahead == 0 || r.flight != nil || r.read == 0 || r.done {
+		return
+	}
+	if len(r.pending) > 0 {
+		last = r.pending[len(r.pending)-1].Key
+	}
+	q := r.q
+	// A power of two: stores whose statements carry the limit (a SQL
+	// LIMIT) see few distinct ones.
+	n := min(r.ahead, max(scanAheadBytes/max(r.readBytes/r.read, 1), 1))
+	q.After, q.Limit = &last, 1<<(bits.Len(uint(n))-1)
+	ctx, cancel := context.WithCancel(r.callCtx)
+	ch := make(chan aheadRead, 1)
+	r.flight, r.stopFlight = ch, cancel
+	go func() {
+		res, err := r.sc.Scan(ctx, q)
+		ch <- aheadRead{res, err}
+	}()
+}
+
+// land waits for the read ahead (while ctx lasts) and makes its records
+// pending; its failure is the read's.
+func (r *scanReader) land(ctx context.Context) error {
+	select {
+	case a := <-r.flight:
+		r.flight = nil
+		r.stopFlight()
+		if a.err != nil {
+			return a.err
+		}
+		r.account(a.res.Items)
+		r.pending = append(r.pending, a.res.Items...)
+		r.done = a.res.Done
+		return nil
+	case <-ctx.Done():
+		return ctx.Err() // the read goes on; the next page takes it
+	}
+}
+
 // unread puts back records a page read but did not take, before those
 // still pending; done tells whether the read that returned them reached
 // the end (it matters only when nothing else is pending: otherwise the
@@ -453,6 +535,11 @@ func (r *scanReader) unread(items []ports.ScanItem, done bool) {
 }
 
 func (r *scanReader) close() {
+	if r.flight != nil {
+		r.stopFlight()
+		<-r.flight
+		r.flight = nil
+	}
 	if r.stream != nil {
 		r.stream.Close()
 		r.stream = nil
@@ -484,7 +571,7 @@ func (s *Service) Count(ctx context.Context, req *CountRequest) (CountResult, er
 	lim := s.cfg.Scan
 	cctx, cancel := context.WithTimeout(ctx, lim.CountTime)
 	defer cancel()
-	rd := &scanReader{sc: sc, q: ports.ScanQuery{Dataset: spec.Dataset, Range: spec.Range, Filter: spec.Filter}}
+	rd := newScanReader(cctx, sc, ports.ScanQuery{Dataset: spec.Dataset, Range: spec.Range, Filter: spec.Filter}, scanAheadRecords)
 	defer rd.close()
 	var n int64
 	scanned := 0
