@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -258,6 +259,12 @@ type historyRun struct {
 	seed                  uint64
 	bson                  bool // puts send BSON documents (a BSON-only store)
 	restarts              int  // restarts of server 1 during the run
+	// timeout is the deadline of a call (default 5 s; a few writes get
+	// far shorter ones); pauses database pauses of pauseFor each happen
+	// during the run (servers.pauseDB), from client 1.
+	timeout  time.Duration
+	pauses   int
+	pauseFor time.Duration
 }
 
 func historyOps(def int) int {
@@ -272,6 +279,7 @@ func (h historyRun) run(t *testing.T, ns string, servers *historyServers) []porc
 	t.Helper()
 	t0 := time.Now()
 	now := func() int64 { return int64(time.Since(t0)) }
+	servers.now = now
 	var mu sync.Mutex
 	var history []porcupine.Operation
 	var wg sync.WaitGroup
@@ -307,7 +315,7 @@ func (h historyRun) run(t *testing.T, ns string, servers *historyServers) []porc
 					in.idem, tries = fmt.Sprintf("k-%d-%d", c, i), 2 // sent twice: a client's retry
 				}
 				for range tries {
-					timeout := 5 * time.Second
+					timeout := cmp.Or(h.timeout, 5*time.Second)
 					if in.kind != "read" && rng.IntN(20) == 0 {
 						// Often over before the server answers: an
 						// unknown outcome, which may take effect later.
@@ -315,6 +323,9 @@ func (h historyRun) run(t *testing.T, ns string, servers *historyServers) []porc
 					}
 					if c == 0 && h.restarts > 0 && i > 0 && i%(h.ops/(h.restarts+1)) == 0 && tries == 1 {
 						servers.restart(1) // client 0 restarts server 1 while the others use it
+					}
+					if c == 1 && h.pauses > 0 && i > 0 && i%(h.ops/(h.pauses+1)) == 0 && tries == 1 {
+						servers.pause(h.pauseFor) // client 1 pauses the database while the others wait on it
 					}
 					call := now()
 					out := historyCall(servers.client(c), ns, in, timeout, h.bson)
@@ -538,9 +549,17 @@ type historyServers struct {
 	// (another fault, such as killed database connections).
 	kills        bool
 	afterRestart func()
-	mu           sync.Mutex
-	srv          [2]historyServer
-	restarts     int
+	// pauseDB and resumeDB freeze and continue the database (nil: the
+	// store has none to pause); pauses counts the pauses made.
+	pauseDB, resumeDB func() error
+	pauses            int
+	// now is the run's clock (set by historyRun.run); paused holds the
+	// pauses' spans on it.
+	now      func() int64
+	paused   [][2]int64
+	mu       sync.Mutex
+	srv      [2]historyServer
+	restarts int
 }
 
 // newHistoryServers starts two servers in the test process over st, or
@@ -590,6 +609,27 @@ func (h *historyServers) restart(i int) {
 	if h.afterRestart != nil {
 		h.afterRestart()
 	}
+}
+
+// pause freezes the database for d while the clients use it, then
+// continues it. Calls that reach it meanwhile wait past their deadlines
+// and the servers' storage timeouts: their outcome is unknown, and writes
+// left in its sockets may still take effect after the pause.
+func (h *historyServers) pause(d time.Duration) {
+	if err := h.pauseDB(); err != nil {
+		h.t.Errorf("pausing the database: %v", err)
+		return
+	}
+	from := h.now()
+	time.Sleep(d) // the fault's length: the database stays frozen this long
+	if err := h.resumeDB(); err != nil {
+		h.t.Errorf("continuing the database: %v", err)
+		return
+	}
+	h.mu.Lock()
+	h.pauses++
+	h.paused = append(h.paused, [2]int64{from, h.now()})
+	h.mu.Unlock()
 }
 
 // Server processes of the sink binary over PostgreSQL, with faults that
@@ -688,6 +728,67 @@ func TestHistoryLinearizable(t *testing.T) {
 			t.Logf("server 1 restarted %d times under load", servers.restarts)
 			if res := checkHistory(t, history); res != porcupine.Ok {
 				t.Fatalf("the history on %s is %s: not linearizable", s.name, res)
+			}
+		})
+	}
+}
+
+// The database paused under load: the history runs of
+// TestHistoryLinearizable on PostgreSQL (SIGSTOP of the postmaster and
+// every backend) and on the MongoDB-wire test server (its process
+// stopped), each on a server of its own, paused for longer than the
+// calls' deadlines (1 s) and the servers' storage timeouts (statement
+// timeout, driver timeout: 300 ms) several times while the clients keep
+// calling. Writes cut off by the pause have an unknown outcome and may
+// take effect when the database continues; the history must stay
+// linearizable.
+func TestHistoryLinearizableDatabasePaused(t *testing.T) {
+	asyncSkipShort(t)
+	stores := []struct {
+		name string
+		env  func(t *testing.T) (env map[string]string, ns string, pause, resume func() error)
+		bson bool
+	}{
+		{"postgresql", func(t *testing.T) (map[string]string, string, func() error, func() error) {
+			srv := pgtest.Private(t)
+			t.Cleanup(func() { _ = srv.Resume() }) // before the server's Close
+			return map[string]string{"SINK_POSTGRES_URL": srv.NewDatabase(t), "SINK_POSTGRES_STATEMENT_TIMEOUT": "300ms"},
+				"hist", srv.Pause, srv.Resume
+		}, false},
+		{"mongodb-wire", func(t *testing.T) (map[string]string, string, func() error, func() error) {
+			srv := mongotest.Private(t)
+			t.Cleanup(func() { _ = srv.Resume() })
+			env := srv.SinkEnv()
+			env["SINK_MONGODB_URI"] += "?timeoutMS=300"
+			return env, mongotest.DatabaseName(t), srv.Pause, srv.Resume
+		}, true},
+	}
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) {
+			env, ns, pause, resume := s.env(t)
+			servers := newHistoryServers(t, env, nil)
+			servers.pauseDB, servers.resumeDB = pause, resume
+			seed := uint64(time.Now().UnixNano())
+			t.Logf("seed %d", seed)
+			ops := historyOps(150)
+			run := historyRun{clients: 6, ops: ops, records: max(4, 6*ops/1000), seed: seed, bson: s.bson,
+				timeout: time.Second, pauses: max(2, ops/500), pauseFor: 2 * time.Second}
+			history := run.run(t, ns, servers)
+			cut := 0 // writes called during a pause whose outcome is unknown
+			for _, op := range history {
+				for _, p := range servers.paused {
+					if op.Output.(hOutput).unknown && op.Call >= p[0] && op.Call < p[1] {
+						cut++
+						break
+					}
+				}
+			}
+			t.Logf("database paused %d times for %s under load; %d writes called during a pause have an unknown outcome", servers.pauses, run.pauseFor, cut)
+			if servers.pauses < run.pauses || cut == 0 {
+				t.Fatalf("the fault did not happen: %d pauses (want %d), %d writes cut off by them", servers.pauses, run.pauses, cut)
+			}
+			if res := checkHistory(t, history); res != porcupine.Ok {
+				t.Fatalf("the history on %s with the database paused is %s: not linearizable", s.name, res)
 			}
 		})
 	}

@@ -139,6 +139,38 @@ func (s *Server) Restart() error {
 	return s.ferret.start(ctx, s.ferret.addr)
 }
 
+// Pause freezes the server without closing its connections: FerretDB's
+// process is stopped (SIGSTOP), a Docker container is paused; requests on
+// its sockets wait until [Server.Resume]. A server of kind "env" is not
+// managed by this package and Pause returns an error. Tests that pause a
+// server take a [Private] one.
+func (s *Server) Pause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.kind == KindFerretDB && s.ferret.cmd != nil:
+		return stopProcess(s.ferret.cmd.Process)
+	case s.kind == KindDocker:
+		return s.docker.pool.Client.PauseContainer(s.docker.res.Container.ID)
+	default:
+		return fmt.Errorf("mongotest: Pause is not supported for a server of kind %q", s.kind)
+	}
+}
+
+// Resume continues a server that [Server.Pause] froze.
+func (s *Server) Resume() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.kind == KindFerretDB && s.ferret.cmd != nil:
+		return continueProcess(s.ferret.cmd.Process)
+	case s.kind == KindDocker:
+		return s.docker.pool.Client.UnpauseContainer(s.docker.res.Container.ID)
+	default:
+		return fmt.Errorf("mongotest: Resume is not supported for a server of kind %q", s.kind)
+	}
+}
+
 // Close stops the server and removes everything it created (temporary
 // directories, containers). It is idempotent.
 func (s *Server) Close() {
