@@ -632,18 +632,39 @@ func (h *historyServers) pause(d time.Duration) {
 	h.mu.Unlock()
 }
 
+// cutByPauses counts the operations of history called during a pause
+// whose outcome is unknown.
+func (h *historyServers) cutByPauses(history []porcupine.Operation) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cut := 0
+	for _, op := range history {
+		for _, p := range h.paused {
+			if op.Output.(hOutput).unknown && op.Call >= p[0] && op.Call < p[1] {
+				cut++
+				break
+			}
+		}
+	}
+	return cut
+}
+
 // Server processes of the sink binary over PostgreSQL, with faults that
 // only processes and a real database have: a server SIGKILLed and one
-// stopped with SIGTERM under load, and every database connection of the
-// servers terminated (pg_terminate_backend) at each restart.
+// stopped with SIGTERM under load, every database connection of the
+// servers terminated (pg_terminate_backend) at each restart, and the
+// database (postmaster and backends) paused for 2 s, past the calls'
+// deadlines (1 s) and the statement timeout (300 ms), several times.
 func TestHistoryLinearizableServerProcesses(t *testing.T) {
 	asyncSkipShort(t)
-	db := pgtest.Shared(t).NewDatabase(t)
+	pg := pgtest.Private(t) // paused below
+	t.Cleanup(func() { _ = pg.Resume() })
+	db := pg.NewDatabase(t)
 	bin := buildBinary(t, "./cmd/sink", "sink")
 	h := startHistoryServers(t, func() historyServer {
 		port := kafkatest.FreePort(t)
 		p := asyncStartProcess(t, bin, []string{"SINK_MODE=server", "SINK_GRPC_ADDRESS=127.0.0.1:" + strconv.Itoa(port),
-			"SINK_HTTP_ADDRESS=off", "SINK_POSTGRES_URL=" + db, "SINK_IDEMPOTENCY_RING=1024", "SINK_LOG_LEVEL=warn"})
+			"SINK_HTTP_ADDRESS=off", "SINK_POSTGRES_URL=" + db, "SINK_POSTGRES_STATEMENT_TIMEOUT=300ms", "SINK_IDEMPOTENCY_RING=1024", "SINK_LOG_LEVEL=warn"})
 		conn, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(port), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -664,6 +685,7 @@ func TestHistoryLinearizableServerProcesses(t *testing.T) {
 		}}
 	})
 	h.kills = true
+	h.pauseDB, h.resumeDB = pg.Pause, pg.Resume
 	terminated := 0
 	h.afterRestart = func() {
 		out := pgtest.PSQL(t, db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
@@ -673,11 +695,14 @@ func TestHistoryLinearizableServerProcesses(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	ops := historyOps(150)
-	run := historyRun{clients: 6, ops: ops, records: max(4, 6*ops/1000), seed: seed, restarts: 3}
+	run := historyRun{clients: 6, ops: ops, records: max(4, 6*ops/1000), seed: seed, restarts: 3,
+		timeout: time.Second, pauses: max(2, ops/500), pauseFor: 2 * time.Second}
 	history := run.run(t, "hist", h)
-	t.Logf("servers restarted %d times under load (SIGTERM and SIGKILL in turn); %d database connections terminated", h.restarts, terminated)
-	if h.restarts < 3 || terminated == 0 {
-		t.Fatalf("the faults did not happen: %d restarts, %d connections terminated", h.restarts, terminated)
+	cut := h.cutByPauses(history)
+	t.Logf("servers restarted %d times under load (SIGTERM and SIGKILL in turn); %d database connections terminated; database paused %d times for %s, %d writes called during a pause have an unknown outcome",
+		h.restarts, terminated, h.pauses, run.pauseFor, cut)
+	if h.restarts < 3 || terminated == 0 || h.pauses < run.pauses || cut == 0 {
+		t.Fatalf("the faults did not happen: %d restarts, %d connections terminated, %d pauses (want %d), %d writes cut off by them", h.restarts, terminated, h.pauses, run.pauses, cut)
 	}
 	if res := checkHistory(t, history); res != porcupine.Ok {
 		t.Fatalf("the history is %s: not linearizable", res)
@@ -774,15 +799,7 @@ func TestHistoryLinearizableDatabasePaused(t *testing.T) {
 			run := historyRun{clients: 6, ops: ops, records: max(4, 6*ops/1000), seed: seed, bson: s.bson,
 				timeout: time.Second, pauses: max(2, ops/500), pauseFor: 2 * time.Second}
 			history := run.run(t, ns, servers)
-			cut := 0 // writes called during a pause whose outcome is unknown
-			for _, op := range history {
-				for _, p := range servers.paused {
-					if op.Output.(hOutput).unknown && op.Call >= p[0] && op.Call < p[1] {
-						cut++
-						break
-					}
-				}
-			}
+			cut := servers.cutByPauses(history)
 			t.Logf("database paused %d times for %s under load; %d writes called during a pause have an unknown outcome", servers.pauses, run.pauseFor, cut)
 			if servers.pauses < run.pauses || cut == 0 {
 				t.Fatalf("the fault did not happen: %d pauses (want %d), %d writes cut off by them", servers.pauses, run.pauses, cut)
