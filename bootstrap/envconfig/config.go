@@ -60,6 +60,8 @@ type Config struct {
 	BatchMaxOps    int  `env:"SINK_BATCH_MAX_OPS" desc:"Most operations in one natural batch; a request with more goes alone."`
 	BatchShards    int  `env:"SINK_BATCH_SHARDS" desc:"Natural batching: records are spread over this many shards, each with at most one batch at storage at a time (1 to 1024)."`
 
+	MinDeadline time.Duration `env:"SINK_MIN_DEADLINE" desc:"Least time a request's deadline may leave when it arrives: a Read, Write, Delete, Scan or Count whose deadline has passed, or leaves less, is refused at once with DEADLINE_EXCEEDED (reason DEADLINE_EXCEEDED: nothing was done), before any storage or queue work. 0: only requests whose deadline has passed."`
+
 	IdempotencyRing int `env:"SINK_IDEMPOTENCY_RING" desc:"How many mutation ids (queued mutations' ids and clients' idempotency keys) each record remembers in its applied mark, 1 to 1024: the window within which a redelivered queued mutation or a client's retry with the same idempotency_key is recognised and not applied again. Storage reserves room for a full ring in each document's size limit (about 150 bytes per id)."`
 
 	MongoDB MongoDBConfig
@@ -145,6 +147,7 @@ func Defaults() Config {
 	c.MergeTimeout = app.Merge.Timeout
 	c.BatchSingleOps, c.BatchMaxOps, c.BatchShards = app.Batch.Enabled, app.Batch.MaxOps, app.Batch.Shards
 	c.IdempotencyRing = app.IdempotencyRing
+	c.MinDeadline = app.MinDeadline
 	c.Kafka.ApplyMaxAttempts = app.Apply.MaxAttempts
 	c.Kafka.ApplyMaxBackoff = app.Apply.MaxBackoff
 
@@ -334,6 +337,7 @@ func (c Config) Application() application.Config {
 		a.Apply.BaseBackoff = a.Apply.MaxBackoff
 	}
 	a.IdempotencyRing = c.IdempotencyRing
+	a.MinDeadline, a.MinDeadlineSetting = c.MinDeadline, "SINK_MIN_DEADLINE"
 	a.AsyncDisabledHint = "set SINK_KAFKA_BROKERS and SINK_KAFKA_TOPIC"
 	a.MaxRequestBytesSetting = "SINK_MAX_REQUEST_BYTES"
 	return a
@@ -452,6 +456,7 @@ var (
 		{"batch: max operations", "SINK_BATCH_MAX_OPS"},
 		{"batch: shards", "SINK_BATCH_SHARDS"},
 		{"idempotency ring", "SINK_IDEMPOTENCY_RING"},
+		{"min deadline", "SINK_MIN_DEADLINE"},
 	}
 	mongoDBNames = []rename{
 		{"HiddenField", "SINK_MONGODB_HIDDEN_FIELD"},
