@@ -102,6 +102,9 @@ func (s *Service) prepareScan(ctx context.Context, spec *domain.ScanSpec) (ports
 	if err := s.checkCaller(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.checkDeadline(ctx); err != nil {
+		return nil, err
+	}
 	a := domain.Address{Store: spec.Dataset.Store, Namespace: spec.Dataset.Namespace, Dataset: spec.Dataset.Dataset}
 	if err := s.checkDataset(&a); err != nil {
 		return nil, err

@@ -47,6 +47,7 @@ func TestMappedDefaultsAreTheAdaptersDefaults(t *testing.T) {
 	app := application.DefaultConfig()
 	app.AsyncDisabledHint = cfg.Application().AsyncDisabledHint
 	app.MaxRequestBytesSetting = "SINK_MAX_REQUEST_BYTES" // (the environment layer names its own settings)
+	app.MinDeadlineSetting = "SINK_MIN_DEADLINE"
 	same("application config", cfg.Application(), app)
 	same("health config", cfg.Health(), application.DefaultHealthConfig())
 	metrics := sinkprom.DefaultOptions()
