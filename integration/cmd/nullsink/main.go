@@ -3,14 +3,16 @@
 // the address of its one argument (default 127.0.0.1:0), prints
 // "listening on ADDRESS", serves the Go runtime's metrics (as Sink's
 // /metrics names them: go_memstats_mallocs_total and the others) on
-// another loopback port, prints "metrics on ADDRESS", and serves until it
-// is killed.
+// another loopback port (with the Go runtime's profiles under
+// /debug/pprof/, to compare with Sink's), prints "metrics on ADDRESS", and
+// serves until it is killed.
 package main
 
 import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +37,10 @@ func main() {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
-	go func() { _ = http.Serve(metrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) }()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	go func() { _ = http.Serve(metrics, mux) }()
 	nullsink.Serve(lis)
 	fmt.Println("listening on", lis.Addr())
 	fmt.Println("metrics on", metrics.Addr())
