@@ -55,7 +55,7 @@ func NewGRPCServer(api sinkv1.SinkServer, hs *health.Server, limit RequestLimit,
 	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit.grpcLimit()), experimental.BufferPool(pool),
 		grpc.ForceServerCodecV2(newRequestCodec(limit, pool)), grpc.NumStreamWorkers(StreamWorkers())}, opts...)
 	s := grpc.NewServer(opts...)
-	registerSink(s, api) // sinkv1.RegisterSinkServer, with undecodable requests as INVALID_ARGUMENT (decode.go)
+	registerSink(s, api)  // sinkv1.RegisterSinkServer, with undecodable requests as INVALID_ARGUMENT (decode.go)
 	registerHealth(s, hs) // healthpb.RegisterHealthServer, with Check's handler made once (decode.go)
 	reflection.Register(s)
 	return s
