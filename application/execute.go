@@ -14,8 +14,8 @@ import (
 
 // job is one caller's mutations to apply: the validated mutations
 // work[i], i in valid, whose results go to results[i]. refs names them in
-// their errors. ctx is the caller's: it bounds its merge profiles and ends
-// its wait.
+// their errors (nil: requestRef, by their kind). ctx is the caller's: it
+// bounds its merge profiles and ends its wait.
 type job struct {
 	ctx     context.Context
 	work    []domain.Mutation
@@ -32,6 +32,22 @@ type job struct {
 	// position in its record's applied mark. Synchronous mutations leave
 	// their ID only when it is a client's idempotency key.
 	queued bool
+
+	// The job's allocation also holds its waiter in its shard's combiner
+	// and, for a job of one mutation, its record ID and its unit (see
+	// applyJobs).
+	waiter waiter[*job]
+	oneID  [1]domain.RecordID
+	one    [1]item
+	units  [1]unit
+}
+
+// ref names work[i] in errors.
+func (j *job) ref(i int) opRef {
+	if j.refs == nil {
+		return requestRef(i, j.work[i].Kind)
+	}
+	return j.refs(i)
 }
 
 // execute applies the validated mutations work[i], i in valid, writing their
@@ -56,13 +72,22 @@ type job struct {
 // by some worker before: it is skipped too (WriteResult.Superseded), never
 // applied out of order and never dead-lettered.
 //
-// refs names the mutations in their errors.
-func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
-	ids := make([]domain.RecordID, len(work))
+// refs names the mutations in their errors (nil: requestRef, by their
+// kind). j, when not nil, is a zero job to use (callers that allocate it
+// with their own per-request state).
+func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
+	if j == nil {
+		j = new(job)
+	}
+	*j = job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure}
+	ids := j.oneID[:]
+	if len(work) != 1 {
+		ids = make([]domain.RecordID, len(work))
+	}
 	for _, i := range valid {
 		ids[i] = work[i].Address.ID()
 	}
-	j := &job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, ids: ids, blockOnFailure: blockOnFailure, queued: blockOnFailure}
+	j.ids = ids
 	shard := -1
 	if s.writes != nil {
 		shard = s.shardOf(len(valid), func(k int) (string, domain.RecordID) { return work[valid[k]].Address.Store, ids[valid[k]] })
@@ -72,9 +97,10 @@ func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []i
 		return
 	}
 	j.shard = shard
-	if err := s.writes[shard].do(ctx, j); err != nil {
+	j.waiter.item, j.waiter.ctx = j, ctx
+	if err := s.writes[shard].do(&j.waiter); err != nil {
 		for _, i := range valid {
-			results[i] = failed(opError(refs(i), fieldAddress, domain.Wrap(domain.AsError(err).Code, err, "stopped before the mutation was applied")))
+			results[i] = failed(opError(j.ref(i), fieldAddress, domain.Wrap(domain.AsError(err).Code, err, "stopped before the mutation was applied")))
 		}
 	}
 }
@@ -122,7 +148,7 @@ type item struct {
 }
 
 func (it item) m() *domain.Mutation { return &it.j.work[it.i] }
-func (it item) ref() opRef          { return it.j.refs(it.i) }
+func (it item) ref() opRef          { return it.j.ref(it.i) }
 
 // setWrite sets the result of a storage write (naming the operation
 // only for an error).
@@ -206,8 +232,10 @@ type blockKey struct {
 // h holds the hints of the jobs' shard when the jobs are a batch of its
 // combiner, nil otherwise (see applyWave).
 func (s *Service) applyJobs(ctx context.Context, jobs []*job, h *hintTable) {
-	if len(jobs) == 1 && len(jobs[0].valid) == 1 { // one mutation: one unit, one wave
-		s.applyWave(ctx, []unit{{item{jobs[0], jobs[0].valid[0]}}}, h)
+	if j := jobs[0]; len(jobs) == 1 && len(j.valid) == 1 { // one mutation: one unit, one wave
+		j.one[0] = item{j, j.valid[0]}
+		j.units[0] = j.one[:]
+		s.applyWave(ctx, j.units[:], h)
 		return
 	}
 	s.applyWaves(ctx, jobs, h)
@@ -314,11 +342,20 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 	if len(units) == 0 {
 		return
 	}
-	ops, owners, bases, folds := s.waveWrites(units)
+	var b *waveBufs
+	if len(units) == 1 {
+		b = new(waveBufs)
+	}
+	ops, owners, bases, folds := s.waveWrites(units, b)
 	for attempt := 1; ; attempt++ {
 		var written []*foldWrite // per write op: the fold it carries (nil for puts and deletes)
 		if len(folds) > 0 {
-			written = make([]*foldWrite, len(ops), len(ops)+len(folds))
+			if b != nil && len(ops)+len(folds) <= len(b.written) {
+				written = b.written[:len(ops):len(ops)+len(folds)]
+				clear(written)
+			} else {
+				written = make([]*foldWrite, len(ops), len(ops)+len(folds))
+			}
 			mops, mowners, members := s.prepareFolds(ctx, folds, h)
 			ops = append(ops, mops...)
 			owners = append(owners, mowners...)
@@ -329,13 +366,20 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 		}
 		var again []unit
 		if len(ops) > 0 {
-			rids := make([]domain.RecordID, len(ops))
+			var rids []domain.RecordID
+			var gens []uint64 // per op: the generation of the state a put writes, for the hint it leaves
+			if b != nil && len(ops) <= len(b.rids) {
+				rids, gens = b.rids[:len(ops)], b.gens[:len(ops)]
+			} else {
+				rids, gens = make([]domain.RecordID, len(ops)), make([]uint64, len(ops))
+			}
 			for k := range ops {
 				rids[k] = owners[k][0].rid()
 			}
-			var gens []uint64 // per op: the generation of the state a put writes, for the hint it leaves
 			if h != nil {
-				gens = h.pend(ops, rids)
+				h.pend(ops, rids, gens)
+			} else {
+				gens = nil
 			}
 			start := time.Now()
 			got := s.storage.Write(ctx, ops)
@@ -433,15 +477,32 @@ func (s *Service) settleWrites(got []ports.WriteResult, ops []ports.WriteOp, own
 	return again
 }
 
+// waveBufs holds the per-wave slices of applyWave for a wave of one unit
+// (every wave of a single-operation request) in one allocation instead of
+// six. The slices of one attempt are done with before the next begins,
+// which reuses them.
+type waveBufs struct {
+	ops     [1]ports.WriteOp
+	owners  [1]unit
+	bases   [1]knownMark
+	folds   [1]unit
+	written [1]*foldWrite
+	rids    [1]domain.RecordID
+	gens    [1]uint64
+}
+
 // waveWrites returns the write ops of a wave's puts and deletes, with
 // the unit (owner) and the known base mark of each, and the wave's folds
-// of merges (which prepareFolds turns into write ops).
-func (s *Service) waveWrites(units []unit) (ops []ports.WriteOp, owners []unit, bases []knownMark, folds []unit) {
-	ops = make([]ports.WriteOp, 0, len(units))
-	owners = make([]unit, 0, len(units))
+// of merges (which prepareFolds turns into write ops). b, when not nil,
+// holds the slices of a wave of one unit.
+func (s *Service) waveWrites(units []unit, b *waveBufs) (ops []ports.WriteOp, owners []unit, bases []knownMark, folds []unit) {
 	// bases: per write op, the record's applied mark before it, as far as
 	// the service knows it (for the hint the write leaves).
-	bases = make([]knownMark, 0, len(units))
+	if b != nil && len(units) == 1 {
+		ops, owners, bases, folds = b.ops[:0], b.owners[:0], b.bases[:0], b.folds[:0]
+	} else {
+		ops, owners, bases = make([]ports.WriteOp, 0, len(units)), make([]unit, 0, len(units)), make([]knownMark, 0, len(units))
+	}
 	marks := newMarkAlloc(len(units))
 	for _, u := range units {
 		it := u[0]
@@ -570,11 +631,20 @@ func (b knownMark) after(u *ports.MarkUpdate, rev domain.Revision) knownMark {
 // their result; each fold with at least one merge that succeeded becomes
 // one conditional write, returned with the merges it carries.
 func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) ([]ports.WriteOp, []unit, []*foldWrite) {
-	current := make([]ports.ReadResult, len(folds))
-	known := make([]bool, len(folds)) // whether current[k]'s mark is the whole mark
-	var pre [][]foldStep              // per fold: the outcomes of its first merges, run ahead (see prefold)
-	var addrs []domain.Address
-	var unread []int // folds to read: indexes into folds
+	var b *foldBufs
+	if len(folds) == 1 {
+		b = new(foldBufs)
+	}
+	var current []ports.ReadResult
+	var known []bool           // whether current[k]'s mark is the whole mark
+	var pre [][]foldStep       // per fold: the outcomes of its first merges, run ahead (see prefold)
+	var addrs []domain.Address // records to read
+	var unread []int           // folds to read: indexes into folds
+	if b != nil {
+		current, known, addrs, unread = b.current[:], b.known[:], b.addrs[:0], b.unread[:0]
+	} else {
+		current, known = make([]ports.ReadResult, len(folds)), make([]bool, len(folds))
+	}
 	for k, u := range folds {
 		a := u[0].m().Address
 		id := u[0].rid()
@@ -602,10 +672,15 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 			current[k] = got[n]
 		}
 	}
-	ops := make([]ports.WriteOp, 0, len(folds))
-	owners := make([]unit, 0, len(folds))
-	members := make([]*foldWrite, 0, len(folds))
-	fws := make([]foldWrite, len(folds))
+	var ops []ports.WriteOp
+	var owners []unit
+	var members []*foldWrite
+	var fws []foldWrite
+	if b != nil {
+		ops, owners, members, fws = b.ops[:0], b.owners[:0], b.members[:0], b.fws[:]
+	} else {
+		ops, owners, members, fws = make([]ports.WriteOp, 0, len(folds)), make([]unit, 0, len(folds)), make([]*foldWrite, 0, len(folds)), make([]foldWrite, len(folds))
+	}
 	marks := newMarkAlloc(len(folds))
 	n, marked := 0, false
 	for _, u := range folds {
@@ -620,7 +695,12 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 	if marked {
 		idBuf = make([]string, 0, n)
 	}
-	appliedBuf := make([]item, 0, n)
+	var appliedBuf []item
+	if b != nil && n <= len(b.applied) {
+		appliedBuf = b.applied[:0]
+	} else {
+		appliedBuf = make([]item, 0, n)
+	}
 	for k, u := range folds {
 		r := &current[k]
 		if r.Err != nil {
@@ -725,6 +805,21 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		members = append(members, f)
 	}
 	return ops, owners, members
+}
+
+// foldBufs holds the slices of prepareFolds for one fold of one merge
+// (every merge of a single-operation request) in one allocation instead of
+// eight.
+type foldBufs struct {
+	current [1]ports.ReadResult
+	known   [1]bool
+	addrs   [1]domain.Address
+	unread  [1]int
+	ops     [1]ports.WriteOp
+	owners  [1]unit
+	members [1]*foldWrite
+	fws     [1]foldWrite
+	applied [1]item
 }
 
 // mergeOne runs the profile of one merge on cur (nil: no record) within

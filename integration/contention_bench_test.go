@@ -411,10 +411,11 @@ type opClient struct {
 // case measured would otherwise pay for that alone.
 const warmUpCalls = 2000
 
-// warmUp makes warmUpCalls calls of c to each server, alternately.
+// warmUp makes warmUpCalls calls of c to each server, alternately (as
+// many operations, at least 20 calls, for batches).
 func warmUp(b *testing.B, c singleOpCase, servers ...opClient) {
 	b.Helper()
-	for i := range warmUpCalls {
+	for i := range max(warmUpCalls/c.ops, 20) {
 		for _, srv := range servers {
 			if err := c.call(srv, i); err != nil {
 				b.Fatalf("warming up %s: %v", c.name, err)

@@ -46,7 +46,7 @@ func WithPool(pool mem.BufferPool) Codec {
 // pool above grpc-go's pooling threshold, as the stock codec does).
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(message)
-	if !ok {
+	if !ok || stock {
 		return c.fallback.Marshal(v)
 	}
 	size := m.SizeVT()
@@ -71,7 +71,7 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 // their pool.
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(message)
-	if !ok {
+	if !ok || stock {
 		return c.fallback.Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(c.pool)
