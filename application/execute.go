@@ -80,17 +80,14 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 		j = new(job)
 	}
 	*j = job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure}
-	ids := j.oneID[:]
+	j.ids = j.oneID[:]
 	if len(work) != 1 {
-		ids = make([]domain.RecordID, len(work))
+		j.ids = make([]domain.RecordID, len(work))
 	}
-	for _, i := range valid {
-		ids[i] = work[i].Address.ID()
-	}
-	j.ids = ids
+	recordIDs(work, valid, j.ids)
 	shard := -1
 	if s.writes != nil {
-		shard = s.shardOf(len(valid), func(k int) (string, domain.RecordID) { return work[valid[k]].Address.Store, ids[valid[k]] })
+		shard = s.shardOf(len(valid), func(k int) (string, domain.RecordID) { return work[valid[k]].Address.Store, j.ids[valid[k]] })
 	}
 	if shard < 0 {
 		s.applyJobs(ctx, []*job{j}, nil)
@@ -102,6 +99,29 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 		for _, i := range valid {
 			results[i] = failed(opError(j.ref(i), fieldAddress, domain.Wrap(domain.AsError(err).Code, err, "stopped before the mutation was applied")))
 		}
+	}
+}
+
+// recordIDs sets ids[i] to the record ID of work[i], for i in valid. The
+// IDs of several are encoded into one string, which they share (one
+// allocation, or a few, instead of one each): an ID kept (a hint, see
+// hintTable) keeps its request's IDs, a few bytes per operation.
+func recordIDs(work []domain.Mutation, valid []int, ids []domain.RecordID) {
+	if len(valid) == 1 {
+		i := valid[0]
+		ids[i] = work[i].Address.ID()
+		return
+	}
+	buf := make([]byte, 0, 48*len(valid))
+	ends := make([]int, len(valid))
+	for k, i := range valid {
+		buf = domain.AppendAddress(buf, work[i].Address)
+		ends[k] = len(buf)
+	}
+	all, start := string(buf), 0
+	for k, i := range valid {
+		ids[i] = domain.RecordID(all[start:ends[k]])
+		start = ends[k]
 	}
 }
 
@@ -254,6 +274,9 @@ func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 	}
 	var waves [][]unit
 	records := make(map[domain.RecordID]seq, n)
+	// The units' first items, in one allocation; each unit's capacity is
+	// its length, so that a fold's further merges move it out.
+	firsts := make([]item, 0, n)
 	for _, j := range jobs {
 		for _, i := range j.valid {
 			it := item{j, i}
@@ -276,7 +299,8 @@ func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 				}
 				waves = append(waves, w)
 			}
-			waves[r.n] = append(waves[r.n], unit{it})
+			firsts = append(firsts, it)
+			waves[r.n] = append(waves[r.n], firsts[len(firsts)-1:len(firsts):len(firsts)])
 			r.last = len(waves[r.n]) - 1
 			r.n++
 			records[rid] = r
