@@ -375,7 +375,7 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 		var written []*foldWrite // per write op: the fold it carries (nil for puts and deletes)
 		if len(folds) > 0 {
 			if b != nil && len(ops)+len(folds) <= len(b.written) {
-				written = b.written[:len(ops):len(ops)+len(folds)]
+				written = b.written[: len(ops) : len(ops)+len(folds)]
 				clear(written)
 			} else {
 				written = make([]*foldWrite, len(ops), len(ops)+len(folds))
