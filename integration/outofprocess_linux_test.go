@@ -51,24 +51,63 @@ type pinnedServer struct {
 // server as processes on the last processor, pins this
 // process to the first (see pinSelf) and returns a client of each. It
 // skips the benchmark without taskset or a second processor.
-func startPinnedServers(b *testing.B) (sink, null pinnedServer) {
+func startPinnedServers(b *testing.B, buildFlags ...string) (sink, null pinnedServer) {
+	b.Helper()
+	server := pinnedPrefix(b)
+	env := strings.Fields(os.Getenv("SINK_BENCH_ENV"))
+	bin := os.Getenv("SINK_BENCH_BINARY")
+	if bin == "" || len(buildFlags) > 0 {
+		bin = buildBinaryWith(b, "./cmd/sink", "sink", buildFlags...)
+	}
+	p := startProcessOf(b, append(server, bin), env...)
+	sink = pinnedServer{client: dialOpClient(b, p.grpcAddr), pid: p.cmd.Process.Pid, httpAddr: p.httpAddr}
+	n := startNullProcess(b, server, buildFlags...)
+	null = pinnedServer{client: dialOpClient(b, n.grpcAddr), pid: n.pid, httpAddr: n.metricsAddr}
+	pinSelf(b, 0)
+	return sink, null
+}
+
+// pinnedPrefix is the command prefix that runs a server on the last
+// processor. It skips the benchmark without taskset or a second
+// processor.
+func pinnedPrefix(b *testing.B) []string {
 	b.Helper()
 	if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
 		b.Skip("needs taskset and two processors")
 	}
-	server := []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
-	env := strings.Fields(os.Getenv("SINK_BENCH_ENV"))
-	var p *sinkProcess
-	if bin := os.Getenv("SINK_BENCH_BINARY"); bin != "" {
-		p = startProcessOf(b, append(server, bin), env...)
-	} else {
-		p = startSinkProcessUnder(b, server, env...)
+	return []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
+}
+
+// loadMeasure is what measureLoad measured of one server: its rate, and
+// per request its processor time and its allocations.
+type loadMeasure struct {
+	rate, cpuMicros, allocs, bytes float64
+}
+
+// measureLoad sends n requests of c to srv from clients goroutines.
+func measureLoad(b *testing.B, srv pinnedServer, c singleOpCase, clients, n int) loadMeasure {
+	b.Helper()
+	cpu := processCPU(b, srv.pid)
+	allocs, bytes := heapAllocations(b, srv.httpAddr)
+	r := runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(srv.client, i) })
+	allocsAfter, bytesAfter := heapAllocations(b, srv.httpAddr)
+	return loadMeasure{
+		rate:      r.rate() * float64(c.ops),
+		cpuMicros: float64((processCPU(b, srv.pid) - cpu).Microseconds()) / float64(n),
+		allocs:    (allocsAfter - allocs) / float64(n),
+		bytes:     (bytesAfter - bytes) / float64(n),
 	}
-	sink = pinnedServer{client: dialOpClient(b, p.grpcAddr), pid: p.cmd.Process.Pid, httpAddr: p.httpAddr}
-	n := startNullProcess(b, server)
-	null = pinnedServer{client: dialOpClient(b, n.grpcAddr), pid: n.pid, httpAddr: n.metricsAddr}
-	pinSelf(b, 0)
-	return sink, null
+}
+
+// loadClients is how many clients send a case's requests at once: 16,
+// and 4 for batches (16 batches of 500 would exceed Sink's default bound
+// of operations in flight, SINK_MAX_INFLIGHT_OPERATIONS = 4096, which
+// refuses the excess).
+func loadClients(c singleOpCase) int {
+	if c.ops > 1 {
+		return 4
+	}
+	return 16
 }
 
 // BenchmarkSingleOpLoadOutOfProcess: the single-operation cases, a single
@@ -89,34 +128,58 @@ func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 	sink, null := startPinnedServers(b)
 	for _, c := range loadCases() {
 		b.Run(c.name, func(b *testing.B) {
-			clients := 16
-			if c.ops > 1 {
-				// 16 batches of 500 would exceed Sink's default bound of
-				// operations in flight (SINK_MAX_INFLIGHT_OPERATIONS,
-				// 4096), which refuses the excess.
-				clients = 4
-			}
+			clients := loadClients(c)
 			warmUp(b, c, sink.client, null.client)
 			n := max(b.N, clients)
-			measure := func(srv pinnedServer) (r loadResult, cpu time.Duration, allocs, bytes float64) {
-				cpu = processCPU(b, srv.pid)
-				allocs, bytes = heapAllocations(b, srv.httpAddr)
-				r = runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(srv.client, i) })
-				allocsAfter, bytesAfter := heapAllocations(b, srv.httpAddr)
-				return r, processCPU(b, srv.pid) - cpu, (allocsAfter - allocs) / float64(n), (bytesAfter - bytes) / float64(n)
-			}
-			s, sCPU, sAllocs, sBytes := measure(sink)
-			f, fCPU, fAllocs, fBytes := measure(null)
-			b.ReportMetric(s.rate()*float64(c.ops), "ops/s")
-			b.ReportMetric(f.rate()*float64(c.ops), "null-ops/s")
-			b.ReportMetric(s.rate()/f.rate(), "vs-null")
-			b.ReportMetric(float64(sCPU.Microseconds())/float64(n), "cpu-µs/op")
-			b.ReportMetric(float64(fCPU.Microseconds())/float64(n), "null-cpu-µs/op")
-			b.ReportMetric(float64(fCPU)/float64(sCPU), "cpu-vs-null")
-			b.ReportMetric(sAllocs, "srv-allocs/op")
-			b.ReportMetric(sBytes, "srv-B/op")
-			b.ReportMetric(fAllocs, "null-allocs/op")
-			b.ReportMetric(fBytes, "null-B/op")
+			s, f := measureLoad(b, sink, c, clients, n), measureLoad(b, null, c, clients, n)
+			b.ReportMetric(s.rate, "ops/s")
+			b.ReportMetric(f.rate, "null-ops/s")
+			b.ReportMetric(s.rate/f.rate, "vs-null")
+			b.ReportMetric(s.cpuMicros, "cpu-µs/op")
+			b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
+			b.ReportMetric(f.cpuMicros/s.cpuMicros, "cpu-vs-null")
+			b.ReportMetric(s.allocs, "srv-allocs/op")
+			b.ReportMetric(s.bytes, "srv-B/op")
+			b.ReportMetric(f.allocs, "null-allocs/op")
+			b.ReportMetric(f.bytes, "null-B/op")
+		})
+	}
+}
+
+// BenchmarkCodecOutOfProcess: Sink's codec (vtcodec) against grpc-go's
+// stock proto codec, end to end. Sink and the null server are each built
+// twice, with vtcodec and with the build tag sink_stockcodec (the stock
+// codec); all four run on the last processor and the clients on the
+// first, and each case (those of BenchmarkSingleOpLoadOutOfProcess) runs
+// against the four in turn. It reports each server's rate and processor
+// time per request: "vt-gain" is Sink's processor time per request with
+// the stock codec over with vtcodec (the rate a saturated Sink would
+// gain), "null-vt-gain" the null server's, and "vs-null" and
+// "stock-vs-null" Sink's throughput ratio to the null server with each
+// codec (null's time per request over Sink's).
+func BenchmarkCodecOutOfProcess(b *testing.B) {
+	const stock = "-tags=sink_stockcodec"
+	sink, null := startPinnedServers(b)
+	sinkStock, nullStock := startPinnedServers(b, stock)
+	for _, c := range loadCases() {
+		b.Run(c.name, func(b *testing.B) {
+			clients := loadClients(c)
+			warmUp(b, c, sink.client, sinkStock.client, null.client, nullStock.client)
+			n := max(b.N, clients)
+			s, ss := measureLoad(b, sink, c, clients, n), measureLoad(b, sinkStock, c, clients, n)
+			f, fs := measureLoad(b, null, c, clients, n), measureLoad(b, nullStock, c, clients, n)
+			b.ReportMetric(s.rate, "ops/s")
+			b.ReportMetric(ss.rate, "stock-ops/s")
+			b.ReportMetric(f.rate, "null-ops/s")
+			b.ReportMetric(fs.rate, "null-stock-ops/s")
+			b.ReportMetric(s.cpuMicros, "cpu-µs/op")
+			b.ReportMetric(ss.cpuMicros, "stock-cpu-µs/op")
+			b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
+			b.ReportMetric(fs.cpuMicros, "null-stock-cpu-µs/op")
+			b.ReportMetric(ss.cpuMicros/s.cpuMicros, "vt-gain")
+			b.ReportMetric(fs.cpuMicros/f.cpuMicros, "null-vt-gain")
+			b.ReportMetric(f.cpuMicros/s.cpuMicros, "vs-null")
+			b.ReportMetric(fs.cpuMicros/ss.cpuMicros, "stock-vs-null")
 		})
 	}
 }
@@ -253,12 +316,13 @@ type nullProcess struct {
 	pid                   int
 }
 
-// startNullProcess starts integration/cmd/nullsink under the command
-// prefix on a free loopback port and returns its addresses and process
-// id. It is killed when the benchmark ends.
-func startNullProcess(b testing.TB, prefix []string) nullProcess {
+// startNullProcess starts integration/cmd/nullsink (built with
+// buildFlags) under the command prefix on a free loopback port and
+// returns its addresses and process id. It is killed when the benchmark
+// ends.
+func startNullProcess(b testing.TB, prefix []string, buildFlags ...string) nullProcess {
 	b.Helper()
-	argv := append(append([]string(nil), prefix...), buildBinary(b, "./integration/cmd/nullsink", "nullsink"))
+	argv := append(append([]string(nil), prefix...), buildBinaryWith(b, "./integration/cmd/nullsink", "nullsink", buildFlags...))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
