@@ -40,6 +40,7 @@ func main() {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	go func() { _ = http.Serve(metrics, mux) }()
 	nullsink.Serve(lis)
 	fmt.Println("listening on", lis.Addr())
