@@ -19,16 +19,35 @@ var shardSeed = maphash.MakeSeed()
 // they fall in several. Each store has its own group of Config.Batch.Shards
 // shards, so that batches never mix stores.
 func (s *Service) shardOf(ops int, at func(k int) (string, domain.RecordID)) int {
+	return s.shardBy(ops, func(k int) (string, uint64) {
+		store, id := at(k)
+		return store, maphash.String(shardSeed, string(id))
+	})
+}
+
+// shardOfAddresses is shardOf for the records of addrs, whose IDs it
+// encodes on the stack (when they are short) to hash them instead of
+// allocating them.
+func (s *Service) shardOfAddresses(addrs []domain.Address) int {
+	var buf [96]byte
+	return s.shardBy(len(addrs), func(k int) (string, uint64) {
+		return addrs[k].Store, maphash.Bytes(shardSeed, domain.AppendAddress(buf[:0], addrs[k])) // = maphash.String of its ID
+	})
+}
+
+// shardBy is shardOf with at returning the store of operation k and the
+// hash of its record ID.
+func (s *Service) shardBy(ops int, at func(k int) (string, uint64)) int {
 	if len(s.writes) == 1 {
 		return 0
 	}
 	per := uint64(s.cfg.Batch.Shards)
 	shard := -1
 	for k := 0; k < ops; k++ {
-		store, id := at(k)
+		store, hash := at(k)
 		h := s.shardGroup(store)
 		if per > 1 {
-			h += int(maphash.String(shardSeed, string(id)) % per)
+			h += int(hash % per)
 		}
 		switch {
 		case shard < 0:
@@ -91,7 +110,8 @@ type combiner[T any] struct {
 // still run the item, or have run it.
 var errLeftBatch = errors.New("left the batch carrying it, which was still at storage")
 
-// waiter is one caller's work in a combiner.
+// waiter is one caller's work in a combiner. Callers keep it in their
+// item's allocation (see do).
 type waiter[T any] struct {
 	item  T
 	ctx   context.Context
@@ -102,6 +122,8 @@ type waiter[T any] struct {
 	batch *batchCtx
 	// leave: the waiter may leave the batch that carries it (see carry).
 	leave bool
+	// alone is the batch of a leader that carries no other caller.
+	alone [1]*waiter[T]
 }
 
 type waiterState uint8
@@ -112,14 +134,16 @@ const (
 	waiterLead               // woken to lead the next batch
 )
 
-// do runs item, alone or in a batch with the items of concurrent callers,
-// and returns when it ran. It returns ctx's error, without running item,
-// when ctx ended while item was still queued (a queued caller whose
-// context ended is never taken into a batch). When ctx ends while another
-// caller's batch carries item, it returns errLeftBatch at once if carry
-// allowed that, and otherwise when the batch ends.
-func (c *combiner[T]) do(ctx context.Context, item T) error {
-	w := &waiter[T]{item: item, ctx: ctx}
+// do runs w.item, alone or in a batch with the items of concurrent
+// callers, and returns when it ran. It returns w.ctx's error, without
+// running the item, when w.ctx ended while it was still queued (a queued
+// caller whose context ended is never taken into a batch). When w.ctx
+// ends while another caller's batch carries the item, it returns
+// errLeftBatch at once if carry allowed that, and otherwise when the
+// batch ends. w is fresh: only its item and ctx are set (callers keep it
+// in their item's allocation instead of allocating one per call).
+func (c *combiner[T]) do(w *waiter[T]) error {
+	ctx, item := w.ctx, w.item
 	c.mu.Lock()
 	if !c.busy {
 		c.busy = true
@@ -177,7 +201,8 @@ func (c *combiner[T]) do(ctx context.Context, item T) error {
 // lead runs one batch: w and the queued callers after it, up to max
 // operations in all (w always runs, even when it alone exceeds max).
 func (c *combiner[T]) lead(w *waiter[T]) {
-	batch := []*waiter[T]{w}
+	w.alone[0] = w
+	batch := w.alone[:1:1] // (more callers: append moves them)
 	defer func() {
 		c.mu.Lock()
 		for len(c.queue) > 0 && c.queue[0].ctx.Err() != nil {
@@ -389,14 +414,14 @@ func (h *hintTable) hint(id domain.RecordID) (recordState, bool) {
 }
 
 // pend records that the puts among ops (on the records rids) are going to
-// storage and returns, per op, the generation that names the state it
-// writes (0 for others; pass it to set).
-func (h *hintTable) pend(ops []ports.WriteOp, rids []domain.RecordID) []uint64 {
-	gens := make([]uint64, len(ops))
+// storage and sets, per op, gens[k] to the generation that names the state
+// it writes (0 for others; pass it to set).
+func (h *hintTable) pend(ops []ports.WriteOp, rids []domain.RecordID, gens []uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k := range ops {
 		if ops[k].Kind != ports.WritePut {
+			gens[k] = 0
 			continue
 		}
 		if h.pending == nil {
@@ -406,7 +431,6 @@ func (h *hintTable) pend(ops []ports.WriteOp, rids []domain.RecordID) []uint64 {
 		h.pending[rids[k]] = recordState{doc: ops[k].Document, gen: h.gen}
 		gens[k] = h.gen
 	}
-	return gens
 }
 
 // base returns the state a merge queued now would start from if nothing

@@ -15,8 +15,8 @@ import (
 
 // job is one caller's mutations to apply: the validated mutations
 // work[i], i in valid, whose results go to results[i]. refs names them in
-// their errors. ctx is the caller's: it bounds its merge profiles and ends
-// its wait.
+// their errors (nil: requestRef, by their kind). ctx is the caller's: it
+// bounds its merge profiles and ends its wait.
 type job struct {
 	ctx     context.Context
 	work    []domain.Mutation
@@ -36,6 +36,14 @@ type job struct {
 	// own is the caller's results slice while another caller's batch
 	// carries the job (see carryJob); results is then the job's own.
 	own []WriteResult
+
+	// The job's allocation also holds its waiter in its shard's combiner
+	// and, for a job of one mutation, its record ID and its unit (see
+	// applyJobs).
+	waiter waiter[*job]
+	oneID  [1]domain.RecordID
+	one    [1]item
+	units  [1]unit
 }
 
 // carryJob is the write combiners' carry: a synchronous caller carried in
@@ -51,6 +59,14 @@ func carryJob(j *job) bool {
 	}
 	j.own, j.results = j.results, make([]WriteResult, len(j.results))
 	return true
+}
+
+// ref names work[i] in errors.
+func (j *job) ref(i int) opRef {
+	if j.refs == nil {
+		return requestRef(i, j.work[i].Kind)
+	}
+	return j.refs(i)
 }
 
 // execute applies the validated mutations work[i], i in valid, writing their
@@ -75,23 +91,30 @@ func carryJob(j *job) bool {
 // by some worker before: it is skipped too (WriteResult.Superseded), never
 // applied out of order and never dead-lettered.
 //
-// refs names the mutations in their errors.
-func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
-	ids := make([]domain.RecordID, len(work))
-	for _, i := range valid {
-		ids[i] = work[i].Address.ID()
+// refs names the mutations in their errors (nil: requestRef, by their
+// kind). j, when not nil, is a zero job to use (callers that allocate it
+// with their own per-request state).
+func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
+	if j == nil {
+		j = new(job)
 	}
-	j := &job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, ids: ids, blockOnFailure: blockOnFailure, queued: blockOnFailure}
+	*j = job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure}
+	j.ids = j.oneID[:]
+	if len(work) != 1 {
+		j.ids = make([]domain.RecordID, len(work))
+	}
+	recordIDs(work, valid, j.ids)
 	shard := -1
 	if s.writes != nil {
-		shard = s.shardOf(len(valid), func(k int) (string, domain.RecordID) { return work[valid[k]].Address.Store, ids[valid[k]] })
+		shard = s.shardOf(len(valid), func(k int) (string, domain.RecordID) { return work[valid[k]].Address.Store, j.ids[valid[k]] })
 	}
 	if shard < 0 {
 		s.applyJobs(ctx, []*job{j}, nil)
 		return
 	}
 	j.shard = shard
-	err := s.writes[shard].do(ctx, j)
+	j.waiter.item, j.waiter.ctx = j, ctx
+	err := s.writes[shard].do(&j.waiter)
 	switch {
 	case errors.Is(err, errLeftBatch):
 		// The caller's context ended while the batch carrying its
@@ -99,18 +122,41 @@ func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []i
 		// still be.
 		for _, i := range valid {
 			m := &work[i]
-			results[i] = failed(opError(refs(i), fieldAddress, &domain.Error{Code: domain.CodeOutcomeUnknown, Retryable: m.Keyed || idempotent(m), Cause: ctx.Err(),
+			results[i] = failed(opError(j.ref(i), fieldAddress, &domain.Error{Code: domain.CodeOutcomeUnknown, Retryable: m.Keyed || idempotent(m), Cause: ctx.Err(),
 				Message: "the request ended (" + ctx.Err().Error() + ") while the mutation was at storage in a batch shared with other requests; it may have been applied"}))
 		}
 	case err != nil:
 		// It left the queue: nothing of it was written.
 		for _, i := range valid {
-			results[i] = failed(opError(refs(i), fieldAddress, domain.Wrap(stoppedCode(err), err, "stopped before the mutation was attempted; nothing was written")))
+			results[i] = failed(opError(j.ref(i), fieldAddress, domain.Wrap(stoppedCode(err), err, "stopped before the mutation was attempted; nothing was written")))
 		}
 	case j.own != nil:
 		for _, i := range valid {
 			j.own[i] = j.results[i]
 		}
+	}
+}
+
+// recordIDs sets ids[i] to the record ID of work[i], for i in valid. The
+// IDs of several are encoded into one string, which they share (one
+// allocation, or a few, instead of one each): an ID kept (a hint, see
+// hintTable) keeps its request's IDs, a few bytes per operation.
+func recordIDs(work []domain.Mutation, valid []int, ids []domain.RecordID) {
+	if len(valid) == 1 {
+		i := valid[0]
+		ids[i] = work[i].Address.ID()
+		return
+	}
+	buf := make([]byte, 0, 48*len(valid))
+	ends := make([]int, len(valid))
+	for k, i := range valid {
+		buf = domain.AppendAddress(buf, work[i].Address)
+		ends[k] = len(buf)
+	}
+	all, start := string(buf), 0
+	for k, i := range valid {
+		ids[i] = domain.RecordID(all[start:ends[k]])
+		start = ends[k]
 	}
 }
 
@@ -157,7 +203,7 @@ type item struct {
 }
 
 func (it item) m() *domain.Mutation { return &it.j.work[it.i] }
-func (it item) ref() opRef          { return it.j.refs(it.i) }
+func (it item) ref() opRef          { return it.j.ref(it.i) }
 
 // setWrite sets the result of a storage write (naming the operation
 // only for an error).
@@ -241,8 +287,10 @@ type blockKey struct {
 // h holds the hints of the jobs' shard when the jobs are a batch of its
 // combiner, nil otherwise (see applyWave).
 func (s *Service) applyJobs(ctx context.Context, jobs []*job, h *hintTable) {
-	if len(jobs) == 1 && len(jobs[0].valid) == 1 { // one mutation: one unit, one wave
-		s.applyWave(ctx, []unit{{item{jobs[0], jobs[0].valid[0]}}}, h)
+	if j := jobs[0]; len(jobs) == 1 && len(j.valid) == 1 { // one mutation: one unit, one wave
+		j.one[0] = item{j, j.valid[0]}
+		j.units[0] = j.one[:]
+		s.applyWave(ctx, j.units[:], h)
 		return
 	}
 	s.applyWaves(ctx, jobs, h)
@@ -261,6 +309,9 @@ func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 	}
 	var waves [][]unit
 	records := make(map[domain.RecordID]seq, n)
+	// The units' first items, in one allocation; each unit's capacity is
+	// its length, so that a fold's further merges move it out.
+	firsts := make([]item, 0, n)
 	for _, j := range jobs {
 		for _, i := range j.valid {
 			it := item{j, i}
@@ -283,7 +334,8 @@ func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 				}
 				waves = append(waves, w)
 			}
-			waves[r.n] = append(waves[r.n], unit{it})
+			firsts = append(firsts, it)
+			waves[r.n] = append(waves[r.n], firsts[len(firsts)-1:len(firsts):len(firsts)])
 			r.last = len(waves[r.n]) - 1
 			r.n++
 			records[rid] = r
@@ -349,11 +401,20 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 	if len(units) == 0 {
 		return
 	}
-	ops, owners, bases, folds := s.waveWrites(units)
+	var b *waveBufs
+	if len(units) == 1 {
+		b = new(waveBufs)
+	}
+	ops, owners, bases, folds := s.waveWrites(units, b)
 	for attempt := 1; ; attempt++ {
 		var written []*foldWrite // per write op: the fold it carries (nil for puts and deletes)
 		if len(folds) > 0 {
-			written = make([]*foldWrite, len(ops), len(ops)+len(folds))
+			if b != nil && len(ops)+len(folds) <= len(b.written) {
+				written = b.written[: len(ops) : len(ops)+len(folds)]
+				clear(written)
+			} else {
+				written = make([]*foldWrite, len(ops), len(ops)+len(folds))
+			}
 			mops, mowners, members := s.prepareFolds(ctx, folds, h)
 			ops = append(ops, mops...)
 			owners = append(owners, mowners...)
@@ -364,13 +425,20 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 		}
 		var again []unit
 		if len(ops) > 0 {
-			rids := make([]domain.RecordID, len(ops))
+			var rids []domain.RecordID
+			var gens []uint64 // per op: the generation of the state a put writes, for the hint it leaves
+			if b != nil && len(ops) <= len(b.rids) {
+				rids, gens = b.rids[:len(ops)], b.gens[:len(ops)]
+			} else {
+				rids, gens = make([]domain.RecordID, len(ops)), make([]uint64, len(ops))
+			}
 			for k := range ops {
 				rids[k] = owners[k][0].rid()
 			}
-			var gens []uint64 // per op: the generation of the state a put writes, for the hint it leaves
 			if h != nil {
-				gens = h.pend(ops, rids)
+				h.pend(ops, rids, gens)
+			} else {
+				gens = nil
 			}
 			start := time.Now()
 			got := s.storage.Write(ctx, ops)
@@ -468,15 +536,32 @@ func (s *Service) settleWrites(got []ports.WriteResult, ops []ports.WriteOp, own
 	return again
 }
 
+// waveBufs holds the per-wave slices of applyWave for a wave of one unit
+// (every wave of a single-operation request) in one allocation instead of
+// six. The slices of one attempt are done with before the next begins,
+// which reuses them.
+type waveBufs struct {
+	ops     [1]ports.WriteOp
+	owners  [1]unit
+	bases   [1]knownMark
+	folds   [1]unit
+	written [1]*foldWrite
+	rids    [1]domain.RecordID
+	gens    [1]uint64
+}
+
 // waveWrites returns the write ops of a wave's puts and deletes, with
 // the unit (owner) and the known base mark of each, and the wave's folds
-// of merges (which prepareFolds turns into write ops).
-func (s *Service) waveWrites(units []unit) (ops []ports.WriteOp, owners []unit, bases []knownMark, folds []unit) {
-	ops = make([]ports.WriteOp, 0, len(units))
-	owners = make([]unit, 0, len(units))
+// of merges (which prepareFolds turns into write ops). b, when not nil,
+// holds the slices of a wave of one unit.
+func (s *Service) waveWrites(units []unit, b *waveBufs) (ops []ports.WriteOp, owners []unit, bases []knownMark, folds []unit) {
 	// bases: per write op, the record's applied mark before it, as far as
 	// the service knows it (for the hint the write leaves).
-	bases = make([]knownMark, 0, len(units))
+	if b != nil && len(units) == 1 {
+		ops, owners, bases, folds = b.ops[:0], b.owners[:0], b.bases[:0], b.folds[:0]
+	} else {
+		ops, owners, bases = make([]ports.WriteOp, 0, len(units)), make([]unit, 0, len(units)), make([]knownMark, 0, len(units))
+	}
 	marks := newMarkAlloc(len(units))
 	for _, u := range units {
 		it := u[0]
@@ -605,11 +690,20 @@ func (b knownMark) after(u *ports.MarkUpdate, rev domain.Revision) knownMark {
 // their result; each fold with at least one merge that succeeded becomes
 // one conditional write, returned with the merges it carries.
 func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) ([]ports.WriteOp, []unit, []*foldWrite) {
-	current := make([]ports.ReadResult, len(folds))
-	known := make([]bool, len(folds)) // whether current[k]'s mark is the whole mark
-	var pre [][]foldStep              // per fold: the outcomes of its first merges, run ahead (see prefold)
-	var addrs []domain.Address
-	var unread []int // folds to read: indexes into folds
+	var b *foldBufs
+	if len(folds) == 1 {
+		b = new(foldBufs)
+	}
+	var current []ports.ReadResult
+	var known []bool           // whether current[k]'s mark is the whole mark
+	var pre [][]foldStep       // per fold: the outcomes of its first merges, run ahead (see prefold)
+	var addrs []domain.Address // records to read
+	var unread []int           // folds to read: indexes into folds
+	if b != nil {
+		current, known, addrs, unread = b.current[:], b.known[:], b.addrs[:0], b.unread[:0]
+	} else {
+		current, known = make([]ports.ReadResult, len(folds)), make([]bool, len(folds))
+	}
 	for k, u := range folds {
 		a := u[0].m().Address
 		id := u[0].rid()
@@ -637,10 +731,15 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 			current[k] = got[n]
 		}
 	}
-	ops := make([]ports.WriteOp, 0, len(folds))
-	owners := make([]unit, 0, len(folds))
-	members := make([]*foldWrite, 0, len(folds))
-	fws := make([]foldWrite, len(folds))
+	var ops []ports.WriteOp
+	var owners []unit
+	var members []*foldWrite
+	var fws []foldWrite
+	if b != nil {
+		ops, owners, members, fws = b.ops[:0], b.owners[:0], b.members[:0], b.fws[:]
+	} else {
+		ops, owners, members, fws = make([]ports.WriteOp, 0, len(folds)), make([]unit, 0, len(folds)), make([]*foldWrite, 0, len(folds)), make([]foldWrite, len(folds))
+	}
 	marks := newMarkAlloc(len(folds))
 	n, marked := 0, false
 	for _, u := range folds {
@@ -655,7 +754,12 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 	if marked {
 		idBuf = make([]string, 0, n)
 	}
-	appliedBuf := make([]item, 0, n)
+	var appliedBuf []item
+	if b != nil && n <= len(b.applied) {
+		appliedBuf = b.applied[:0]
+	} else {
+		appliedBuf = make([]item, 0, n)
+	}
 	for k, u := range folds {
 		r := &current[k]
 		if r.Err != nil {
@@ -760,6 +864,21 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		members = append(members, f)
 	}
 	return ops, owners, members
+}
+
+// foldBufs holds the slices of prepareFolds for one fold of one merge
+// (every merge of a single-operation request) in one allocation instead of
+// eight.
+type foldBufs struct {
+	current [1]ports.ReadResult
+	known   [1]bool
+	addrs   [1]domain.Address
+	unread  [1]int
+	ops     [1]ports.WriteOp
+	owners  [1]unit
+	members [1]*foldWrite
+	fws     [1]foldWrite
+	applied [1]item
 }
 
 // mergeOne runs the profile of one merge on cur (nil: no record) within

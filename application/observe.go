@@ -47,10 +47,21 @@ type verdicts struct {
 	// (the served store filled in); zero otherwise.
 	datasets []domain.DatasetRef
 	admitted []bool
+	// outcomes, when not nil, has room for the outcomes reported (a
+	// single operation's, allocated with its other per-request state).
+	outcomes []ports.OperationOutcome
 }
 
 func newVerdicts(n int) verdicts {
 	return verdicts{datasets: make([]domain.DatasetRef, n), admitted: make([]bool, n)}
+}
+
+// outcomeSlice returns a slice of n outcomes to report.
+func (v verdicts) outcomeSlice(n int) []ports.OperationOutcome {
+	if len(v.outcomes) == n {
+		return v.outcomes
+	}
+	return make([]ports.OperationOutcome, n)
 }
 
 // labelled returns the dataset of operation i for metrics: zero unless it
@@ -64,7 +75,7 @@ func (v verdicts) labelled(i int) domain.DatasetRef {
 
 // observeReads reports the outcomes of one Read request.
 func (s *Service) observeReads(ctx context.Context, v verdicts, results []ReadResult) {
-	outcomes := make([]ports.OperationOutcome, len(results))
+	outcomes := v.outcomeSlice(len(results))
 	errs := make([]*domain.Error, len(results))
 	for i, r := range results {
 		outcomes[i] = withError(ports.OperationOutcome{
@@ -78,7 +89,7 @@ func (s *Service) observeReads(ctx context.Context, v verdicts, results []ReadRe
 
 // observeMutations reports the outcomes of one Write or Delete request.
 func (s *Service) observeMutations(ctx context.Context, useCase string, work []domain.Mutation, v verdicts, completion Completion, results []WriteResult) {
-	outcomes := make([]ports.OperationOutcome, len(results))
+	outcomes := v.outcomeSlice(len(results))
 	errs := make([]*domain.Error, len(results))
 	for i, r := range results {
 		outcomes[i] = withError(ports.OperationOutcome{

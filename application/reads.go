@@ -9,25 +9,32 @@ import (
 	"github.com/sink-io/sink/ports"
 )
 
-// readJob is one caller's validated reads.
+// readJob is one caller's validated reads (and its waiter in its shard's
+// combiner, in the same allocation).
 type readJob struct {
-	addrs []domain.Address
-	out   []ports.ReadResult
+	addrs  []domain.Address
+	out    []ports.ReadResult
+	waiter waiter[*readJob]
 }
 
 // readStorage reads addrs from storage: at once, or, with natural batching
 // (Config.Batch), together with the reads of the callers that wait while
-// another read is at storage.
-func (s *Service) readStorage(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
+// another read is at storage. j, when not nil, is a zero readJob to use
+// (callers that allocate it with their own per-request state).
+func (s *Service) readStorage(ctx context.Context, j *readJob, addrs []domain.Address) []ports.ReadResult {
 	shard := -1
 	if s.reads != nil {
-		shard = s.shardOf(len(addrs), func(k int) (string, domain.RecordID) { return addrs[k].Store, addrs[k].ID() })
+		shard = s.shardOfAddresses(addrs)
 	}
 	if shard < 0 {
 		return s.storageRead(ctx, addrs)
 	}
-	j := &readJob{addrs: addrs}
-	if err := s.reads[shard].do(ctx, j); err != nil {
+	if j == nil {
+		j = new(readJob)
+	}
+	j.addrs = addrs
+	j.waiter.item, j.waiter.ctx = j, ctx
+	if err := s.reads[shard].do(&j.waiter); err != nil {
 		// It left the queue, or the batch carrying it (reads may: a
 		// read's outcome changes nothing).
 		msg := "stopped before the record was read"

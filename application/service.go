@@ -186,10 +186,7 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	if err := s.checkDeadline(ctx); err != nil {
 		return nil, err
 	}
-	results := make([]ReadResult, len(addrs))
-	v := newVerdicts(len(addrs))
-	valid := make([]domain.Address, 0, len(addrs))
-	pos := make([]int, 0, len(addrs))
+	results, v, valid, pos, j := readSlices(len(addrs))
 	cost := 0
 	for i := range addrs {
 		a := addrs[i]
@@ -219,9 +216,9 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	if len(valid) == 0 {
 		return results, nil
 	}
-	got := s.readStorage(ctx, valid)
-	for j, r := range got {
-		i := pos[j]
+	got := s.readStorage(ctx, j, valid)
+	for k, r := range got {
+		i := pos[k]
 		switch {
 		case r.Err != nil:
 			results[i] = ReadResult{Status: StatusFailed, Err: opError(readRef(i), fieldAddress, r.Err)}
@@ -232,6 +229,30 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 		}
 	}
 	return results, nil
+}
+
+// oneRead holds Read's per-operation slices and its job for a request of
+// one read in one allocation instead of seven.
+type oneRead struct {
+	results  [1]ReadResult
+	datasets [1]domain.DatasetRef
+	admitted [1]bool
+	outcomes [1]ports.OperationOutcome
+	valid    [1]domain.Address
+	pos      [1]int
+	job      readJob
+}
+
+// readSlices returns Read's per-operation slices for n reads: results,
+// the verdicts, the valid addresses and their positions (both empty, with
+// room for n), and the job to read them with (nil: readStorage allocates
+// it).
+func readSlices(n int) ([]ReadResult, verdicts, []domain.Address, []int, *readJob) {
+	if n == 1 {
+		one := new(oneRead)
+		return one.results[:], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, one.valid[:0], one.pos[:0], &one.job
+	}
+	return make([]ReadResult, n), newVerdicts(n), make([]domain.Address, 0, n), make([]int, 0, n), nil
 }
 
 // admit asks the admission port (when there is one) whether the valid,
@@ -287,7 +308,7 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		return nil, domain.Errorf(domain.CodeInvalidArgument, "unknown completion mode %d", completion)
 	}
 
-	results, work, valid, v := mutateSlices(len(muts))
+	results, work, valid, v, j := mutateSlices(len(muts))
 	copy(work, muts)
 	cost := 0
 	now := s.now()
@@ -376,35 +397,37 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	if len(valid) == 0 {
 		return results, nil
 	}
-	refs := func(i int) opRef { return requestRef(i, work[i].Kind) }
 	if completion == ReturnAfterAccepted {
-		s.submit(ctx, work, valid, results, refs)
+		s.submit(ctx, work, valid, results, func(i int) opRef { return requestRef(i, work[i].Kind) })
 		return results, nil
 	}
-	s.execute(ctx, work, valid, results, refs, false)
+	s.execute(ctx, j, work, valid, results, nil, false)
 	return results, nil
 }
 
-// oneMutation holds mutate's per-operation slices for a request of one
-// operation (the single-record form, which most requests are) in one
-// allocation instead of five.
+// oneMutation holds mutate's per-operation slices and its job for a
+// request of one operation (the single-record form, which most requests
+// are) in one allocation instead of nine.
 type oneMutation struct {
 	results  [1]WriteResult
 	work     [1]domain.Mutation
 	valid    [1]int
 	datasets [1]domain.DatasetRef
 	admitted [1]bool
+	outcomes [1]ports.OperationOutcome
+	job      job
 }
 
 // mutateSlices returns mutate's per-operation slices for n operations:
 // results, the working copy of the mutations, the valid indexes (empty,
-// with room for n) and the verdicts.
-func mutateSlices(n int) ([]WriteResult, []domain.Mutation, []int, verdicts) {
+// with room for n) and the verdicts, and the job to execute them with
+// (nil: execute allocates it).
+func mutateSlices(n int) ([]WriteResult, []domain.Mutation, []int, verdicts, *job) {
 	if n == 1 {
 		one := new(oneMutation)
-		return one.results[:], one.work[:], one.valid[:0], verdicts{datasets: one.datasets[:], admitted: one.admitted[:]}
+		return one.results[:], one.work[:], one.valid[:0], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, &one.job
 	}
-	return make([]WriteResult, n), make([]domain.Mutation, n), make([]int, 0, n), newVerdicts(n)
+	return make([]WriteResult, n), make([]domain.Mutation, n), make([]int, 0, n), newVerdicts(n), nil
 }
 
 // keyedRecord is an idempotency key on one record (a key's scope).

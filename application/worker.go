@@ -66,7 +66,7 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 		pending = append(pending, i)
 	}
 	for attempt := 1; len(pending) > 0; attempt++ {
-		s.execute(ctx, work, pending, results, refs, true)
+		s.execute(ctx, nil, work, pending, results, refs, true)
 		retry := pending[:0:0]
 		for _, i := range pending {
 			outcomes[i].Attempts = attempt

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -226,7 +227,13 @@ func scanJSON(b []byte, maxDepth int) (int, int) {
 // or the problem and its offset.
 func scanJSONString(b []byte, i int) (int, int) {
 	n := len(b)
-	for i++; i < n; {
+	// Eight plain bytes (printable ASCII other than '"' and '\\') at a
+	// time, up to the first word with anything else; from there byte by
+	// byte (a word check per byte would slow down short strings).
+	for i++; i+8 <= n && !specialJSONStringByte(binary.LittleEndian.Uint64(b[i:])); {
+		i += 8
+	}
+	for i < n {
 		c := b[i]
 		switch {
 		case c == '"':
@@ -264,6 +271,23 @@ func scanJSONString(b []byte, i int) (int, int) {
 		}
 	}
 	return n, jsonEnds
+}
+
+// specialJSONStringByte reports whether any of the eight bytes of x may
+// need more than skipping in a JSON string: a control character (below
+// 0x20), '"', '\\', or a byte of a multi-byte UTF-8 sequence (0x80 and
+// above). It never misses one (it may report one that is not there, which
+// only sends the bytes the slow way).
+func specialJSONStringByte(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	// (y - ones*c) &^ y has the high bit of a byte of y below c set
+	// (exact for bytes below 0x80, which is all that is left to test
+	// once x's high bits are in the result); bytes equal to c are the
+	// zero bytes of x ^ ones*c.
+	control := (x - ones*0x20) &^ x
+	qy, by := x^(ones*'"'), x^(ones*'\\')
+	quote, backslash := (qy-ones)&^qy, (by-ones)&^by
+	return (x|control|quote|backslash)&highs != 0
 }
 
 func isHex(c byte) bool {

@@ -125,6 +125,19 @@ func BenchmarkCheckDocumentJSON1KB(b *testing.B) {
 	}
 }
 
+// BenchmarkCheckDocumentJSON1KBString: a 1 KB JSON document that is one
+// long string, the document of the single-operation benchmarks.
+func BenchmarkCheckDocumentJSON1KBString(b *testing.B) {
+	d := domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"payload":"` + strings.Repeat("x", 1000) + `"}`)}
+	b.SetBytes(int64(len(d.Data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := domain.CheckDocument(d, 100); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // CheckJSON accepts exactly what encoding/json accepts with valid UTF-8,
 // and rejects as too deep exactly the valid documents nested deeper than
 // the limit.

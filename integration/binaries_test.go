@@ -5,11 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
 
-// binaries are the commands buildBinary built, by package.
+// binaries are the commands buildBinary built, by package (and flags).
 var binaries struct {
 	mu    sync.Mutex
 	byPkg map[string]*builtBinary
@@ -27,14 +28,22 @@ type builtBinary struct {
 // already compiled for the tests, so this mostly links).
 func buildBinary(t testing.TB, pkg, name string) string {
 	t.Helper()
+	return buildBinaryWith(t, pkg, name)
+}
+
+// buildBinaryWith is buildBinary with extra go build flags (such as
+// -tags), built once per package and flags.
+func buildBinaryWith(t testing.TB, pkg, name string, flags ...string) string {
+	t.Helper()
+	id := strings.Join(append([]string{pkg}, flags...), " ")
 	binaries.mu.Lock()
 	if binaries.byPkg == nil {
 		binaries.byPkg = map[string]*builtBinary{}
 	}
-	b := binaries.byPkg[pkg]
+	b := binaries.byPkg[id]
 	if b == nil {
 		b = &builtBinary{}
-		binaries.byPkg[pkg] = b
+		binaries.byPkg[id] = b
 	}
 	binaries.mu.Unlock()
 	b.once.Do(func() {
@@ -44,10 +53,10 @@ func buildBinary(t testing.TB, pkg, name string) string {
 			return
 		}
 		b.path = filepath.Join(dir, name)
-		cmd := exec.Command("go", "build", "-o", b.path, pkg)
+		cmd := exec.Command("go", append(append([]string{"build", "-o", b.path}, flags...), pkg)...)
 		cmd.Dir = repoRoot(t)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+			b.err = fmt.Errorf("go build %s: %v\n%s", id, err, out)
 		}
 	})
 	if b.err != nil {

@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/fx"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sink-io/sink/adapters/mergepatch"
 	"github.com/sink-io/sink/bootstrap"
@@ -252,12 +253,12 @@ func BenchmarkContentionDistinctPuts(b *testing.B) {
 // ratio as throughput (null p50 / Sink p50, 1 = the gRPC floor).
 func BenchmarkSingleOp(b *testing.B) {
 	s, _ := startDelayed(b, 0, nil)
-	singleOps(b, s.Client, startNull(b))
+	singleOps(b, opClient{SinkClient: s.Client}, opClient{SinkClient: startNull(b)})
 }
 
 // singleOps runs the single-operation cases against sink and null, each
 // after warmUp calls of it to both (not timed).
-func singleOps(b *testing.B, sink, null sinkv1.SinkClient) {
+func singleOps(b *testing.B, sink, null opClient) {
 	for _, c := range singleOpCases() {
 		b.Run(c.name, func(b *testing.B) {
 			warmUp(b, c, sink, null)
@@ -389,11 +390,19 @@ func TestHotKeyMergesCountExactlyMongo(t *testing.T) {
 	}
 }
 
-// singleOpCase is one single-operation case: call sends operation i (on
-// one of 1000 records) to a server.
+// singleOpCase is one single-operation case: call sends request i (on
+// one of 1000 records) to a server; a request carries ops operations.
 type singleOpCase struct {
 	name string
-	call func(c sinkv1.SinkClient, i int) error
+	call func(c opClient, i int) error
+	ops  int
+}
+
+// opClient is a client of a benchmarked server: its Sink API and its
+// health service (nil when no case needs it).
+type opClient struct {
+	sinkv1.SinkClient
+	health healthpb.HealthClient
 }
 
 // warmUpCalls is how many calls of a case each server gets before it is
@@ -402,10 +411,11 @@ type singleOpCase struct {
 // case measured would otherwise pay for that alone.
 const warmUpCalls = 2000
 
-// warmUp makes warmUpCalls calls of c to each server, alternately.
-func warmUp(b *testing.B, c singleOpCase, servers ...sinkv1.SinkClient) {
+// warmUp makes warmUpCalls calls of c to each server, alternately (as
+// many operations, at least 20 calls, for batches).
+func warmUp(b *testing.B, c singleOpCase, servers ...opClient) {
 	b.Helper()
-	for i := range warmUpCalls {
+	for i := range max(warmUpCalls/c.ops, 20) {
 		for _, srv := range servers {
 			if err := c.call(srv, i); err != nil {
 				b.Fatalf("warming up %s: %v", c.name, err)
@@ -419,20 +429,20 @@ func singleOpCases() []singleOpCase {
 	doc := `{"payload":"` + strings.Repeat("x", 1000) + `"}`
 	ctx := context.Background()
 	return []singleOpCase{
-		{"put", func(c sinkv1.SinkClient, i int) error {
+		{"put", func(c opClient, i int) error {
 			_, err := writeCode(c, putOp(addr("bench", "single", fmt.Sprint(i%1000)), doc, 0, nil))
 			return err
-		}},
-		{"merge", func(c sinkv1.SinkClient, i int) error {
+		}, 1},
+		{"merge", func(c opClient, i int) error {
 			_, err := writeCode(c, mergeOp(addr("bench", "single-merge", fmt.Sprint(i%1000)), mergepatch.Name, fmt.Sprintf(`{"n":%d}`, i)))
 			return err
-		}},
-		{"read", func(c sinkv1.SinkClient, i int) error {
+		}, 1},
+		{"read", func(c opClient, i int) error {
 			resp, err := c.Read(ctx, &sinkv1.ReadRequest{Operations: []*sinkv1.ReadOperation{{Address: addr("bench", "single", fmt.Sprint(i%1000))}}})
 			if err == nil && resp.GetResults()[0].GetError() != nil {
 				err = fmt.Errorf("read: %v", resp.GetResults()[0].GetError())
 			}
 			return err
-		}},
+		}, 1},
 	}
 }

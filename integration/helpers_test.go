@@ -19,12 +19,19 @@ import (
 // when the test ends.
 func dialSink(t testing.TB, addr string) sinkv1.SinkClient {
 	t.Helper()
+	return sinkv1.NewSinkClient(dialConn(t, addr))
+}
+
+// dialConn returns a plaintext connection to addr, closed when the test
+// ends.
+func dialConn(t testing.TB, addr string) *grpc.ClientConn {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return sinkv1.NewSinkClient(conn)
+	return conn
 }
 
 func ctx(t testing.TB) context.Context {

@@ -2,6 +2,8 @@ package integration_test
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -13,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
@@ -35,75 +38,217 @@ func BenchmarkSingleOpOutOfProcess(b *testing.B) {
 
 // pinnedServer is a server process started by startPinnedServers.
 type pinnedServer struct {
-	client sinkv1.SinkClient
+	client opClient
 	pid    int
-	// httpAddr is the sink process's operations endpoint (none for the
-	// null server).
+	// httpAddr serves the process's metrics (the sink process's
+	// operations endpoint, the null server's metrics port).
 	httpAddr string
 }
 
-// startPinnedServers starts the sink binary (configured by SINK_BENCH_ENV)
-// and the null server as processes on the last processor, pins this
+// startPinnedServers starts the sink binary (configured by SINK_BENCH_ENV;
+// SINK_BENCH_BINARY names a build to use instead of building ./cmd/sink,
+// e.g. of an earlier commit, for before/after comparisons) and the null
+// server as processes on the last processor, pins this
 // process to the first (see pinSelf) and returns a client of each. It
 // skips the benchmark without taskset or a second processor.
-func startPinnedServers(b *testing.B) (sink, null pinnedServer) {
+func startPinnedServers(b *testing.B, buildFlags ...string) (sink, null pinnedServer) {
 	b.Helper()
-	if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
-		b.Skip("needs taskset and two processors")
+	server := pinnedPrefix(b)
+	env := strings.Fields(os.Getenv("SINK_BENCH_ENV"))
+	bin := os.Getenv("SINK_BENCH_BINARY")
+	if bin == "" || len(buildFlags) > 0 {
+		bin = buildBinaryWith(b, "./cmd/sink", "sink", buildFlags...)
 	}
-	server := []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
-	p := startSinkProcessUnder(b, server, strings.Fields(os.Getenv("SINK_BENCH_ENV"))...)
-	sink = pinnedServer{client: dialSink(b, p.grpcAddr), pid: p.cmd.Process.Pid, httpAddr: p.httpAddr}
-	nullAddr, nullPID := startNullProcess(b, server)
-	null = pinnedServer{client: dialSink(b, nullAddr), pid: nullPID}
+	p := startProcessOf(b, append(server, bin), env...)
+	sink = pinnedServer{client: dialOpClient(b, p.grpcAddr), pid: p.cmd.Process.Pid, httpAddr: p.httpAddr}
+	n := startNullProcess(b, server, buildFlags...)
+	null = pinnedServer{client: dialOpClient(b, n.grpcAddr), pid: n.pid, httpAddr: n.metricsAddr}
 	pinSelf(b, 0)
 	return sink, null
 }
 
-// BenchmarkSingleOpLoadOutOfProcess: the single-operation cases under load,
-// 16 clients at a time, laid out as BenchmarkSingleOpOutOfProcess (each
-// server on the last processor, the clients on the first). The client
-// may be what limits the rate here, so besides the rates it reports each
-// server process's processor time per operation (from /proc): the rate a
-// saturated server would reach is inversely proportional to it, so
-// "cpu-vs-null" (the null server's time per operation over Sink's) is
+// pinnedPrefix is the command prefix that runs a server on the last
+// processor. It skips the benchmark without taskset or a second
+// processor.
+func pinnedPrefix(b *testing.B) []string {
+	b.Helper()
+	if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
+		b.Skip("needs taskset and two processors")
+	}
+	return []string{"taskset", "-c", strconv.Itoa(runtime.NumCPU() - 1)}
+}
+
+// loadMeasure is what measureLoad measured of one server: its rate, and
+// per request its processor time and its allocations.
+type loadMeasure struct {
+	rate, cpuMicros, allocs, bytes float64
+}
+
+// measureLoad sends n requests of c to srv from clients goroutines.
+func measureLoad(b *testing.B, srv pinnedServer, c singleOpCase, clients, n int) loadMeasure {
+	b.Helper()
+	cpu := processCPU(b, srv.pid)
+	allocs, bytes := heapAllocations(b, srv.httpAddr)
+	r := runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(srv.client, i) })
+	allocsAfter, bytesAfter := heapAllocations(b, srv.httpAddr)
+	return loadMeasure{
+		rate:      r.rate() * float64(c.ops),
+		cpuMicros: float64((processCPU(b, srv.pid) - cpu).Microseconds()) / float64(n),
+		allocs:    (allocsAfter - allocs) / float64(n),
+		bytes:     (bytesAfter - bytes) / float64(n),
+	}
+}
+
+// loadClients is how many clients send a case's requests at once: 16,
+// and 4 for batches (16 batches of 500 would exceed Sink's default bound
+// of operations in flight, SINK_MAX_INFLIGHT_OPERATIONS = 4096, which
+// refuses the excess).
+func loadClients(c singleOpCase) int {
+	if c.ops > 1 {
+		return 4
+	}
+	return 16
+}
+
+// BenchmarkSingleOpLoadOutOfProcess: the single-operation cases, a single
+// delete, the health check and 500-operation batch puts and reads under
+// load, 16 clients at a time (4 for the batches), laid out as BenchmarkSingleOpOutOfProcess
+// (each server on the last processor, the clients on the first). The
+// client may be what limits the rate here, so besides the rates it reports
+// each server process's processor time per request (from /proc): the rate
+// a saturated server would reach is inversely proportional to it, so
+// "cpu-vs-null" (the null server's time per request over Sink's) is
 // Sink's throughput ratio to the gRPC floor, as a load generator on
-// another machine would measure it.
+// another machine would measure it. Each server's allocations per request
+// come from its Go runtime metrics (srv-allocs/op and srv-B/op for Sink,
+// null-allocs/op and null-B/op for the null server; "op" is a request,
+// of 500 operations in the batch cases). Sink is measured first in each
+// run; -count alternates the runs.
 func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
-	const clients = 16
 	sink, null := startPinnedServers(b)
-	for _, c := range singleOpCases() {
+	for _, c := range loadCases() {
 		b.Run(c.name, func(b *testing.B) {
+			clients := loadClients(c)
 			warmUp(b, c, sink.client, null.client)
 			n := max(b.N, clients)
-			measure := func(srv pinnedServer) (loadResult, time.Duration) {
-				before := processCPU(b, srv.pid)
-				r := runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(srv.client, i) })
-				return r, processCPU(b, srv.pid) - before
-			}
-			allocs, bytes := heapAllocations(b, sink.httpAddr)
-			s, sCPU := measure(sink)
-			allocsAfter, bytesAfter := heapAllocations(b, sink.httpAddr)
-			f, fCPU := measure(null)
-			b.ReportMetric(s.rate(), "ops/s")
-			b.ReportMetric(s.rate()/f.rate(), "vs-null")
-			b.ReportMetric(float64(sCPU.Microseconds())/float64(n), "cpu-µs/op")
-			b.ReportMetric(float64(fCPU.Microseconds())/float64(n), "null-cpu-µs/op")
-			b.ReportMetric(float64(fCPU)/float64(sCPU), "cpu-vs-null")
-			b.ReportMetric((allocsAfter-allocs)/float64(n), "srv-allocs/op")
-			b.ReportMetric((bytesAfter-bytes)/float64(n), "srv-B/op")
+			s, f := measureLoad(b, sink, c, clients, n), measureLoad(b, null, c, clients, n)
+			b.ReportMetric(s.rate, "ops/s")
+			b.ReportMetric(f.rate, "null-ops/s")
+			b.ReportMetric(s.rate/f.rate, "vs-null")
+			b.ReportMetric(s.cpuMicros, "cpu-µs/op")
+			b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
+			b.ReportMetric(f.cpuMicros/s.cpuMicros, "cpu-vs-null")
+			b.ReportMetric(s.allocs, "srv-allocs/op")
+			b.ReportMetric(s.bytes, "srv-B/op")
+			b.ReportMetric(f.allocs, "null-allocs/op")
+			b.ReportMetric(f.bytes, "null-B/op")
 		})
 	}
 }
 
-// heapAllocations returns how many heap objects and bytes the sink
-// process has allocated so far, from its Go runtime metrics.
+// BenchmarkCodecOutOfProcess: Sink's codec (vtcodec) against grpc-go's
+// stock proto codec, end to end. Sink and the null server are each built
+// twice, with vtcodec and with the build tag sink_stockcodec (the stock
+// codec); all four run on the last processor and the clients on the
+// first, and each case (those of BenchmarkSingleOpLoadOutOfProcess) runs
+// against the four in turn. It reports each server's rate and processor
+// time per request: "vt-gain" is Sink's processor time per request with
+// the stock codec over with vtcodec (the rate a saturated Sink would
+// gain), "null-vt-gain" the null server's, and "vs-null" and
+// "stock-vs-null" Sink's throughput ratio to the null server with each
+// codec (null's time per request over Sink's).
+func BenchmarkCodecOutOfProcess(b *testing.B) {
+	const stock = "-tags=sink_stockcodec"
+	sink, null := startPinnedServers(b)
+	sinkStock, nullStock := startPinnedServers(b, stock)
+	for _, c := range loadCases() {
+		b.Run(c.name, func(b *testing.B) {
+			clients := loadClients(c)
+			warmUp(b, c, sink.client, sinkStock.client, null.client, nullStock.client)
+			n := max(b.N, clients)
+			s, ss := measureLoad(b, sink, c, clients, n), measureLoad(b, sinkStock, c, clients, n)
+			f, fs := measureLoad(b, null, c, clients, n), measureLoad(b, nullStock, c, clients, n)
+			b.ReportMetric(s.rate, "ops/s")
+			b.ReportMetric(ss.rate, "stock-ops/s")
+			b.ReportMetric(f.rate, "null-ops/s")
+			b.ReportMetric(fs.rate, "null-stock-ops/s")
+			b.ReportMetric(s.cpuMicros, "cpu-µs/op")
+			b.ReportMetric(ss.cpuMicros, "stock-cpu-µs/op")
+			b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
+			b.ReportMetric(fs.cpuMicros, "null-stock-cpu-µs/op")
+			b.ReportMetric(ss.cpuMicros/s.cpuMicros, "vt-gain")
+			b.ReportMetric(fs.cpuMicros/f.cpuMicros, "null-vt-gain")
+			b.ReportMetric(f.cpuMicros/s.cpuMicros, "vs-null")
+			b.ReportMetric(fs.cpuMicros/ss.cpuMicros, "stock-vs-null")
+		})
+	}
+}
+
+// loadCases are the cases of BenchmarkSingleOpLoadOutOfProcess: the single
+// put, merge and read, a single delete (of a record that is gone after
+// the first round: the delete path without the record's removal), the
+// health check of the whole server, and a 500-operation batch put and read
+// (1 KB documents).
+func loadCases() []singleOpCase {
+	ctx := context.Background()
+	doc := `{"payload":"` + strings.Repeat("x", 1000) + `"}`
+	const batch = 500
+	put := &sinkv1.WriteRequest{}
+	get := &sinkv1.ReadRequest{}
+	for i := range batch {
+		a := addr("bench", "batch", fmt.Sprint(i))
+		put.Operations = append(put.Operations, putOp(a, doc, 0, nil))
+		get.Operations = append(get.Operations, &sinkv1.ReadOperation{Address: a})
+	}
+	return append(singleOpCases(),
+		singleOpCase{"delete", func(c opClient, i int) error {
+			resp, err := c.Delete(ctx, &sinkv1.DeleteRequest{Operations: []*sinkv1.DeleteOperation{{Address: addr("bench", "single-delete", fmt.Sprint(i%1000))}}})
+			if err == nil && resp.GetResults()[0].GetError() != nil {
+				err = fmt.Errorf("delete: %v", resp.GetResults()[0].GetError())
+			}
+			return err
+		}, 1},
+		singleOpCase{"health", func(c opClient, _ int) error {
+			resp, err := c.health.Check(ctx, &healthpb.HealthCheckRequest{})
+			if err == nil && resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				err = fmt.Errorf("health: %v", resp.GetStatus())
+			}
+			return err
+		}, 1},
+		singleOpCase{"batch500-put", func(c opClient, _ int) error {
+			resp, err := c.Write(ctx, put)
+			if err == nil && resp.GetResults()[batch-1].GetStatus() != applied {
+				err = fmt.Errorf("batch put: %v", resp.GetResults()[batch-1])
+			}
+			return err
+		}, batch},
+		singleOpCase{"batch500-read", func(c opClient, _ int) error {
+			resp, err := c.Read(ctx, get)
+			if err == nil && resp.GetResults()[batch-1].GetStatus() != found {
+				err = fmt.Errorf("batch read: %v", resp.GetResults()[batch-1])
+			}
+			return err
+		}, batch},
+	)
+}
+
+// dialOpClient returns a client of the Sink API and the health service
+// at addr.
+func dialOpClient(b testing.TB, addr string) opClient {
+	b.Helper()
+	conn := dialConn(b, addr)
+	return opClient{SinkClient: sinkv1.NewSinkClient(conn), health: healthpb.NewHealthClient(conn)}
+}
+
+// heapAllocations returns how many heap objects and bytes a server
+// process has allocated so far, from the Go runtime metrics it serves at
+// httpAddr.
 func heapAllocations(b testing.TB, httpAddr string) (objects, bytes float64) {
 	b.Helper()
 	m := opsScrape(b, httpAddr)
 	for _, name := range []string{"go_memstats_mallocs_total", "go_memstats_alloc_bytes_total"} {
 		if _, ok := m[name]; !ok {
-			b.Fatalf("the sink process's metrics have no %s", name)
+			b.Fatalf("the server process's metrics have no %s", name)
 		}
 	}
 	return m.value("go_memstats_mallocs_total", nil), m.value("go_memstats_alloc_bytes_total", nil)
@@ -165,12 +310,19 @@ func pinSelf(b testing.TB, cpu int) {
 	})
 }
 
-// startNullProcess starts integration/cmd/nullsink under the command
-// prefix on a free loopback port and returns its address and process id.
-// It is killed when the benchmark ends.
-func startNullProcess(b testing.TB, prefix []string) (string, int) {
+// nullProcess is a null server process started by startNullProcess.
+type nullProcess struct {
+	grpcAddr, metricsAddr string
+	pid                   int
+}
+
+// startNullProcess starts integration/cmd/nullsink (built with
+// buildFlags) under the command prefix on a free loopback port and
+// returns its addresses and process id. It is killed when the benchmark
+// ends.
+func startNullProcess(b testing.TB, prefix []string, buildFlags ...string) nullProcess {
 	b.Helper()
-	argv := append(append([]string(nil), prefix...), buildBinary(b, "./integration/cmd/nullsink", "nullsink"))
+	argv := append(append([]string(nil), prefix...), buildBinaryWith(b, "./integration/cmd/nullsink", "nullsink", buildFlags...))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -181,28 +333,34 @@ func startNullProcess(b testing.TB, prefix []string) (string, int) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := make(chan string, 1)
+	addrs := make(chan nullProcess, 1)
 	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		addr <- strings.TrimPrefix(strings.TrimSpace(line), "listening on ")
+		r := bufio.NewReader(out)
+		grpcLine, _ := r.ReadString('\n')
+		metricsLine, _ := r.ReadString('\n')
+		addrs <- nullProcess{
+			grpcAddr:    strings.TrimPrefix(strings.TrimSpace(grpcLine), "listening on "),
+			metricsAddr: strings.TrimPrefix(strings.TrimSpace(metricsLine), "metrics on "),
+			pid:         cmd.Process.Pid,
+		}
 	}()
 	select {
-	case a := <-addr:
-		if a == "" {
-			b.Fatal("nullsink printed no address")
+	case p := <-addrs:
+		if p.grpcAddr == "" || p.metricsAddr == "" {
+			b.Fatalf("nullsink printed no addresses: %+v", p)
 		}
-		return a, cmd.Process.Pid
+		return p
 	case <-time.After(30 * time.Second): // a failure guard
 		b.Fatal("nullsink did not start")
-		return "", 0
+		return nullProcess{}
 	}
 }
 
 // The null server's command answers as the benchmarks expect: every write
 // applied with a revision, every read found with a document.
 func TestNullSinkProcessAnswers(t *testing.T) {
-	nullAddr, _ := startNullProcess(t, nil)
-	c := dialSink(t, nullAddr)
+	p := startNullProcess(t, nil)
+	c := dialSink(t, p.grpcAddr)
 	res := write(t, c, putOp(addr("ns", "ds", "k"), `{"a":1}`, 0, nil), mergeOp(addr("ns", "ds", "k"), "merge-patch", `{"b":2}`))
 	for i, r := range res {
 		if r.GetStatus() != applied || len(r.GetRevision()) == 0 || r.GetIndex() != uint32(i) {
@@ -212,5 +370,11 @@ func TestNullSinkProcessAnswers(t *testing.T) {
 	got := read(t, c, addr("ns", "ds", "k"))
 	if got[0].GetStatus() != found || len(got[0].GetDocument().GetData()) < 1000 {
 		t.Fatalf("read: %v", got[0])
+	}
+	if st, err := opsHealth(dialConn(t, p.grpcAddr), ""); err != nil || st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", st, err)
+	}
+	if objects, _ := heapAllocations(t, p.metricsAddr); objects <= 0 {
+		t.Fatalf("the null server's metrics count %v allocations", objects)
 	}
 }

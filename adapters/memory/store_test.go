@@ -160,3 +160,35 @@ func FuzzScanJSONAndBSON(f *testing.F) {
 		d.Run(t.Context(), t, seed, 1, 30, 30)
 	})
 }
+
+// The documents of a batch read share one allocation, yet each is a copy
+// of its own: appending to one or changing its bytes reaches neither the
+// next one nor the store.
+func TestBatchReadDocumentsAreIndependentCopies(t *testing.T) {
+	s := memory.New()
+	ctx := t.Context()
+	addrs := make([]domain.Address, 3)
+	var ops []ports.WriteOp
+	for i := range addrs {
+		addrs[i] = domain.Address{Store: "primary", Namespace: "n", Dataset: "d", Key: domain.StringKey(strings.Repeat("k", i+1))}
+		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: addrs[i], Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"i":` + strings.Repeat("1", i+1) + `}`)}})
+	}
+	for _, r := range s.Write(ctx, ops) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	got := s.Read(ctx, addrs)
+	first := got[0].Record.Document.Data
+	_ = append(first, `XXXXXXXX`...)
+	first[0] = '['
+	again := s.Read(ctx, addrs)
+	for i := range addrs {
+		if want := string(ops[i].Document.Data); string(again[i].Record.Document.Data) != want {
+			t.Fatalf("record %d reads %q after a reader changed its copy, want %q", i, again[i].Record.Document.Data, want)
+		}
+		if i > 0 && string(got[i].Record.Document.Data) != string(ops[i].Document.Data) {
+			t.Fatalf("document %d of the first read is %q after appending to document 0", i, got[i].Record.Document.Data)
+		}
+	}
+}

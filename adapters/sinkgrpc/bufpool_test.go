@@ -14,7 +14,7 @@ func TestBoundedPoolKeepsABoundedAmount(t *testing.T) {
 	}
 	// A burst: many buffers of every size in use at once, then all freed.
 	var bufs []*[]byte
-	for _, n := range []int{1, 200, 256, 257, 4 << 10, 10 << 10, 16 << 10, 20 << 10, 32 << 10, 33 << 10, 1 << 20, 8 << 20} {
+	for _, n := range []int{1, 200, 256, 257, 4 << 10, 10 << 10, 16 << 10, 20 << 10, 32 << 10, 33 << 10, 200 << 10, 1 << 20, 8 << 20} {
 		for range 2000 {
 			b := p.Get(n)
 			if len(*b) != n {
@@ -50,5 +50,27 @@ func TestBoundedPoolKeepsABoundedAmount(t *testing.T) {
 	}
 	if len(p.classes[2].free) != poolClasses[2].keep-1 {
 		t.Fatal("Get of a frame-sized buffer did not reuse a kept one")
+	}
+}
+
+// The large classes serve only buffers of more than half their size: a
+// message a little above 32 KiB gets a buffer of its own size, a 500 KiB
+// batch one of the 1 MiB class, kept when freed.
+func TestBoundedPoolLargeClassesServeLargeBuffers(t *testing.T) {
+	p := newBoundedPool()
+	if b := p.Get(40 << 10); cap(*b) != 40<<10 {
+		t.Fatalf("a 40 KiB buffer has capacity %d", cap(*b))
+	}
+	b := p.Get(530 << 10)
+	if cap(*b) != 1<<20 {
+		t.Fatalf("a 530 KiB buffer has capacity %d, want the 1 MiB class", cap(*b))
+	}
+	(*b)[0] = 1
+	p.Put(b)
+	if again := p.Get(600 << 10); again != b || (*again)[0] != 0 || len(*again) != 600<<10 {
+		t.Fatalf("the freed 1 MiB buffer was not reused, zeroed, with the length asked for")
+	}
+	if c := p.Get(300 << 10); cap(*c) != 300<<10 {
+		t.Fatalf("a 300 KiB buffer has capacity %d, want its own size", cap(*c))
 	}
 }

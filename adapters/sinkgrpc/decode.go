@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -82,29 +83,85 @@ func (c requestCodec) tooLarge(n int) error {
 
 // registerSink registers the Sink API on s like sinkv1.RegisterSinkServer,
 // with each method answering INVALID_ARGUMENT for a request that
-// requestCodec could not decode.
+// requestCodec could not decode. The unary methods' handlers are made
+// once (unaryHandler): the generated ones allocate the interceptor's
+// UnaryServerInfo and handler on every call.
 func registerSink(s grpc.ServiceRegistrar, api sinkv1.SinkServer) {
+	handlers := map[string]grpc.MethodHandler{
+		"Read":   unaryHandler(api, sinkv1.Sink_Read_FullMethodName, api.Read, true),
+		"Write":  unaryHandler(api, sinkv1.Sink_Write_FullMethodName, api.Write, true),
+		"Delete": unaryHandler(api, sinkv1.Sink_Delete_FullMethodName, api.Delete, true),
+		"Count":  unaryHandler(api, sinkv1.Sink_Count_FullMethodName, api.Count, true),
+	}
 	desc := sinkv1.Sink_ServiceDesc
 	desc.Methods = make([]grpc.MethodDesc, len(sinkv1.Sink_ServiceDesc.Methods))
 	for i, m := range sinkv1.Sink_ServiceDesc.Methods {
-		desc.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: rejectUndecodable(m.Handler)}
+		h, ok := handlers[m.MethodName]
+		if !ok { // a method added to the API since
+			h = rejectUndecodable(m.Handler)
+		}
+		desc.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: h}
 	}
 	s.RegisterService(&desc, api)
 }
 
+// registerHealth registers hs as the standard health service, like
+// healthpb.RegisterHealthServer, with Check's handler made once
+// (unaryHandler).
+func registerHealth(s grpc.ServiceRegistrar, hs healthpb.HealthServer) {
+	desc := healthpb.Health_ServiceDesc
+	desc.Methods = make([]grpc.MethodDesc, len(healthpb.Health_ServiceDesc.Methods))
+	for i, m := range healthpb.Health_ServiceDesc.Methods {
+		if m.MethodName == "Check" {
+			m.Handler = unaryHandler(hs, healthpb.Health_Check_FullMethodName, hs.Check, false)
+		}
+		desc.Methods[i] = m
+	}
+	s.RegisterService(&desc, hs)
+}
+
+// unaryHandler returns the handler of the unary method fullMethod of srv,
+// which call implements, as grpc-go's generated handlers do it, except
+// that the interceptor's UnaryServerInfo and handler are made once here
+// instead of on every call. With sink, a request that requestCodec could
+// not decode is answered as registerSink says.
+func unaryHandler[Req any, Resp any](srv any, fullMethod string, call func(context.Context, *Req) (Resp, error), sink bool) grpc.MethodHandler {
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: fullMethod}
+	handler := func(ctx context.Context, req any) (any, error) { return call(ctx, req.(*Req)) }
+	return func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		in := new(Req)
+		err := dec(in)
+		if sink {
+			err = decoded(in, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if interceptor == nil {
+			return call(ctx, in)
+		}
+		return interceptor(ctx, in, info, handler)
+	}
+}
+
+// rejectUndecodable wraps a generated method handler as registerSink says.
 func rejectUndecodable(h grpc.MethodHandler) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-		return h(srv, ctx, func(v any) error {
-			err := dec(v)
-			if cause, ok := undecodable.LoadAndDelete(v); ok {
-				if _, ok := status.FromError(cause.(error)); ok {
-					return cause.(error) // (tooLarge)
-				}
-				return undecodableError(cause.(error))
-			}
-			return err
-		}, interceptor)
+		return h(srv, ctx, func(v any) error { return decoded(v, dec(v)) }, interceptor)
 	}
+}
+
+// decoded returns the error of decoding the Sink request v (err: what
+// grpc-go's decoding returned): the status of what requestCodec noted
+// for v, if it noted anything.
+func decoded(v any, err error) error {
+	if cause, ok := undecodable.LoadAndDelete(v); ok {
+		if _, ok := status.FromError(cause.(error)); ok {
+			return cause.(error) // (tooLarge)
+		}
+		return undecodableError(cause.(error))
+	}
+	return err
 }
 
 func undecodableError(cause error) error {

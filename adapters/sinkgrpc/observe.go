@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -59,10 +60,11 @@ func UnaryInterceptor(obs RPCObserver, log *slog.Logger) grpc.UnaryServerInterce
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
-		id := requestID(ctx)
+		rc := newRPCContext(ctx, info.FullMethod)
+		id := rc.Info.ID
 		// The header goes out with the response, also with an error status.
 		setRequestIDHeader(ctx, id)
-		ctx = domain.ContextWithRequest(ctx, domain.RequestInfo{ID: id, Method: info.FullMethod})
+		ctx = &rc.RequestContext
 		resp, err := handler(ctx, req)
 		code := status.Code(err)
 		if obs != nil {
@@ -136,16 +138,32 @@ func loggedMessage(msg string) string {
 	return msg[:cut] + "…"
 }
 
-// requestID returns the client's usable x-request-id, or a new one.
-func requestID(ctx context.Context) string {
+// rpcContext is the context the interceptor gives a request: ctx with
+// the request's id and method (domain.ContextWithRequest), and the bytes
+// of a generated id, in one allocation (a context.WithValue and a
+// generated id took three).
+type rpcContext struct {
+	domain.RequestContext
+	id [2 * requestIDBytes]byte
+}
+
+// newRPCContext returns the context of a call of method with ctx: its id
+// is the client's usable x-request-id, or a new one.
+func newRPCContext(ctx context.Context, method string) *rpcContext {
+	rc := &rpcContext{RequestContext: domain.RequestContext{Context: ctx, Info: domain.RequestInfo{Method: method}}}
 	// ValueFromIncomingContext reads the one header; FromIncomingContext
 	// would copy every header of the call first.
 	for _, v := range metadata.ValueFromIncomingContext(ctx, RequestIDHeader) {
 		if usableRequestID(v) {
-			return v
+			rc.Info.ID = v
+			return rc
 		}
 	}
-	return NewRequestID()
+	newRequestID(&rc.id)
+	// The bytes are written once, above, and never again: the string
+	// may share them (it keeps rc alive while it lives).
+	rc.Info.ID = unsafe.String(&rc.id[0], len(rc.id))
+	return rc
 }
 
 func usableRequestID(v string) bool {
@@ -165,8 +183,18 @@ func usableRequestID(v string) bool {
 // fast random generator, not from the operating system's (a system call
 // per request).
 func NewRequestID() string {
-	var b [16]byte
+	var id [2 * requestIDBytes]byte
+	newRequestID(&id)
+	return string(id[:])
+}
+
+// requestIDBytes is the number of random bytes of a generated request id.
+const requestIDBytes = 16
+
+// newRequestID writes a random request id into id (see NewRequestID).
+func newRequestID(id *[2 * requestIDBytes]byte) {
+	var b [requestIDBytes]byte
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
-	return hex.EncodeToString(b[:])
+	hex.Encode(id[:], b[:])
 }

@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
@@ -56,8 +55,8 @@ func NewGRPCServer(api sinkv1.SinkServer, hs *health.Server, limit RequestLimit,
 	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(limit.grpcLimit()), experimental.BufferPool(pool),
 		grpc.ForceServerCodecV2(newRequestCodec(limit, pool)), grpc.NumStreamWorkers(StreamWorkers())}, opts...)
 	s := grpc.NewServer(opts...)
-	registerSink(s, api) // sinkv1.RegisterSinkServer, with undecodable requests as INVALID_ARGUMENT (decode.go)
-	healthpb.RegisterHealthServer(s, hs)
+	registerSink(s, api)  // sinkv1.RegisterSinkServer, with undecodable requests as INVALID_ARGUMENT (decode.go)
+	registerHealth(s, hs) // healthpb.RegisterHealthServer, with Check's handler made once (decode.go)
 	reflection.Register(s)
 	return s
 }

@@ -24,7 +24,11 @@ func NewServer(svc *application.Service) *Server { return &Server{svc: svc} }
 
 // Read implements sinkv1.SinkServer.
 func (s *Server) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.ReadResponse, error) {
-	addrs := make([]domain.Address, len(req.GetOperations()))
+	var one [1]domain.Address // a single read's, on the stack
+	addrs := one[:]
+	if n := len(req.GetOperations()); n != 1 {
+		addrs = make([]domain.Address, n)
+	}
 	for i, op := range req.GetOperations() {
 		addrs[i] = toAddress(op.GetAddress())
 	}
@@ -32,10 +36,6 @@ func (s *Server) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.Rea
 	if err != nil {
 		return nil, StatusError(err)
 	}
-	// The results, their documents and their revisions each take one
-	// allocation for the whole response (a batch of 500 made 1,500).
-	out := &sinkv1.ReadResponse{Results: make([]*sinkv1.ReadResult, len(results))}
-	rs := make([]sinkv1.ReadResult, len(results))
 	found, revBytes := 0, 0
 	for _, r := range results {
 		if r.Status == application.StatusFound {
@@ -43,8 +43,7 @@ func (s *Server) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.Rea
 			revBytes += len(r.Record.Revision)
 		}
 	}
-	docs := make([]sinkv1.Document, found)
-	revs := make([]byte, 0, revBytes)
+	out, rs, docs, revs := newReadResponse(len(results), found, revBytes)
 	for i, r := range results {
 		res := &rs[i]
 		res.Index, res.Status, res.Error = uint32(i), toStatus(r.Status), operationError(r.Err)
@@ -60,23 +59,53 @@ func (s *Server) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.Rea
 	return out, nil
 }
 
+// Responses take few allocations: the results, their documents and their
+// revisions each take one for the whole response (a batch of 500 made
+// 1,500), and the response of a single operation, with its result and a
+// revision of up to inlineRevision bytes, takes one in all.
+
+// inlineRevision is the longest revision a single operation's response
+// holds in its own allocation.
+const inlineRevision = 32
+
+// singleRead is the response to a single read.
+type singleRead struct {
+	resp sinkv1.ReadResponse
+	ptr  [1]*sinkv1.ReadResult
+	res  [1]sinkv1.ReadResult
+	doc  [1]sinkv1.Document
+	rev  [inlineRevision]byte
+}
+
+// newReadResponse returns a response with room for n results, found
+// documents and their revisions of revBytes in all: the response (its
+// Results to fill in), the results, the documents and the revisions'
+// buffer (empty).
+func newReadResponse(n, found, revBytes int) (*sinkv1.ReadResponse, []sinkv1.ReadResult, []sinkv1.Document, []byte) {
+	if n == 1 && revBytes <= inlineRevision {
+		one := new(singleRead)
+		one.resp.Results = one.ptr[:]
+		return &one.resp, one.res[:], one.doc[:found], one.rev[:0]
+	}
+	return &sinkv1.ReadResponse{Results: make([]*sinkv1.ReadResult, n)}, make([]sinkv1.ReadResult, n), make([]sinkv1.Document, found), make([]byte, 0, revBytes)
+}
+
 // Write implements sinkv1.SinkServer.
 func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.WriteResponse, error) {
 	completion, err := toCompletion(req.GetCompletion())
 	if err != nil {
 		return nil, StatusError(err)
 	}
-	results, err := s.svc.Write(ctx, writeMutations(req.GetOperations()), completion)
+	var one [1]domain.Mutation // a single write's, on the stack
+	results, err := s.svc.Write(ctx, writeMutations(one[:0], req.GetOperations()), completion)
 	if err != nil {
 		return nil, StatusError(err)
 	}
-	out := &sinkv1.WriteResponse{Results: make([]*sinkv1.WriteResult, len(results))}
-	rs := make([]sinkv1.WriteResult, len(results))
 	revBytes := 0
 	for _, r := range results {
 		revBytes += len(r.Revision)
 	}
-	revs := make([]byte, 0, revBytes)
+	out, rs, revs := newWriteResponse(len(results), revBytes)
 	for i, r := range results {
 		res := &rs[i]
 		res.Index, res.Status, res.Error, res.MutationId = uint32(i), toStatus(r.Status), operationError(r.Err), r.MutationID
@@ -89,13 +118,37 @@ func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.W
 	return out, nil
 }
 
+// singleWrite is the response to a single put or merge.
+type singleWrite struct {
+	resp sinkv1.WriteResponse
+	ptr  [1]*sinkv1.WriteResult
+	res  [1]sinkv1.WriteResult
+	rev  [inlineRevision]byte
+}
+
+// newWriteResponse returns a response with room for n results whose
+// revisions have revBytes in all: the response (its Results to fill in),
+// the results and the revisions' buffer (empty).
+func newWriteResponse(n, revBytes int) (*sinkv1.WriteResponse, []sinkv1.WriteResult, []byte) {
+	if n == 1 && revBytes <= inlineRevision {
+		one := new(singleWrite)
+		one.resp.Results = one.ptr[:]
+		return &one.resp, one.res[:], one.rev[:0]
+	}
+	return &sinkv1.WriteResponse{Results: make([]*sinkv1.WriteResult, n)}, make([]sinkv1.WriteResult, n), make([]byte, 0, revBytes)
+}
+
 // Delete implements sinkv1.SinkServer.
 func (s *Server) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*sinkv1.DeleteResponse, error) {
 	completion, err := toCompletion(req.GetCompletion())
 	if err != nil {
 		return nil, StatusError(err)
 	}
-	muts := make([]domain.Mutation, len(req.GetOperations()))
+	var one [1]domain.Mutation // a single delete's, on the stack
+	muts := one[:]
+	if n := len(req.GetOperations()); n != 1 {
+		muts = make([]domain.Mutation, n)
+	}
 	for i, op := range req.GetOperations() {
 		muts[i] = domain.Mutation{
 			Kind:             domain.MutationDelete,
@@ -108,14 +161,31 @@ func (s *Server) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*sinkv1
 	if err != nil {
 		return nil, StatusError(err)
 	}
-	out := &sinkv1.DeleteResponse{Results: make([]*sinkv1.DeleteResult, len(results))}
-	rs := make([]sinkv1.DeleteResult, len(results))
+	out, rs := newDeleteResponse(len(results))
 	for i, r := range results {
 		res := &rs[i]
 		res.Index, res.Status, res.Error, res.MutationId = uint32(i), toStatus(r.Status), operationError(r.Err), r.MutationID
 		out.Results[i] = res
 	}
 	return out, nil
+}
+
+// singleDelete is the response to a single delete.
+type singleDelete struct {
+	resp sinkv1.DeleteResponse
+	ptr  [1]*sinkv1.DeleteResult
+	res  [1]sinkv1.DeleteResult
+}
+
+// newDeleteResponse returns a response with room for n results: the
+// response (its Results to fill in) and the results.
+func newDeleteResponse(n int) (*sinkv1.DeleteResponse, []sinkv1.DeleteResult) {
+	if n == 1 {
+		one := new(singleDelete)
+		one.resp.Results = one.ptr[:]
+		return &one.resp, one.res[:]
+	}
+	return &sinkv1.DeleteResponse{Results: make([]*sinkv1.DeleteResult, n)}, make([]sinkv1.DeleteResult, n)
 }
 
 // appendRevision appends rev to buf and returns its bytes there (nil when
@@ -130,9 +200,14 @@ func appendRevision(buf []byte, rev domain.Revision) ([]byte, []byte) {
 	return buf[start:len(buf):len(buf)], buf
 }
 
-// writeMutations returns the mutations of a Write request's operations.
-func writeMutations(ops []*sinkv1.WriteOperation) []domain.Mutation {
-	muts := make([]domain.Mutation, len(ops))
+// writeMutations returns the mutations of a Write request's operations,
+// in buf when it has room for them.
+func writeMutations(buf []domain.Mutation, ops []*sinkv1.WriteOperation) []domain.Mutation {
+	muts := buf[:0]
+	if cap(buf) < len(ops) {
+		muts = make([]domain.Mutation, 0, len(ops))
+	}
+	muts = muts[:len(ops)]
 	for i, op := range ops {
 		switch k := op.GetKind().(type) {
 		case *sinkv1.WriteOperation_Put:

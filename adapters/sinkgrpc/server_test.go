@@ -2,10 +2,12 @@ package sinkgrpc
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sink-io/sink/domain"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
@@ -93,5 +95,35 @@ func TestBatchResponsesKeepEachResultApart(t *testing.T) {
 		if int(r.GetIndex()) != i || r.GetStatus() != sinkv1.OperationStatus_OPERATION_STATUS_APPLIED && !(i == 1 && r.GetStatus() == sinkv1.OperationStatus_OPERATION_STATUS_NOT_FOUND) {
 			t.Fatalf("delete %d: %v", i, r)
 		}
+	}
+}
+
+// A single operation's response holds its result and revision in one
+// allocation; a revision longer than inlineRevision still comes out whole.
+func TestSingleResponsesTakeOneAllocation(t *testing.T) {
+	for _, rev := range []domain.Revision{"17", domain.Revision(strings.Repeat("r", inlineRevision)), domain.Revision(strings.Repeat("x", inlineRevision+9))} {
+		out, rs, revs := newWriteResponse(1, len(rev))
+		rs[0].Revision, _ = appendRevision(revs, rev)
+		out.Results[0] = &rs[0]
+		if got := string(out.GetResults()[0].GetRevision()); got != string(rev) {
+			t.Fatalf("write revision %q, want %q", got, rev)
+		}
+		rout, rrs, docs, rrevs := newReadResponse(1, 1, len(rev))
+		rrs[0].Revision, _ = appendRevision(rrevs, rev)
+		rrs[0].Document = &docs[0]
+		rout.Results[0] = &rrs[0]
+		if got := string(rout.GetResults()[0].GetRevision()); got != string(rev) || len(docs) != 1 {
+			t.Fatalf("read revision %q (%d documents), want %q", got, len(docs), rev)
+		}
+	}
+	want := 1.0
+	if n := testing.AllocsPerRun(100, func() { newWriteResponse(1, inlineRevision) }); n != want {
+		t.Errorf("a single write's response: %v allocations, want %v", n, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { newReadResponse(1, 1, inlineRevision) }); n != want {
+		t.Errorf("a single read's response: %v allocations, want %v", n, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { newDeleteResponse(1) }); n != want {
+		t.Errorf("a single delete's response: %v allocations, want %v", n, want)
 	}
 }

@@ -49,16 +49,16 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok {
 		return c.fallback.Marshal(v)
 	}
-	size := m.SizeVT()
+	size := sizeOf(m)
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		buf := make([]byte, size)
-		if _, err := m.MarshalToSizedBufferVT(buf); err != nil {
+		if err := marshalTo(m, buf); err != nil {
 			return nil, err
 		}
 		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
 	}
 	buf := c.pool.Get(size)
-	if _, err := m.MarshalToSizedBufferVT((*buf)[:size]); err != nil {
+	if err := marshalTo(m, (*buf)[:size]); err != nil {
 		c.pool.Put(buf)
 		return nil, err
 	}
@@ -76,11 +76,7 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(c.pool)
 	defer buf.Free()
-	b := buf.ReadOnlyData()
-	if err := checkUTF8(b, infoOf(m.ProtoReflect().Descriptor()), 0); err != nil {
-		return err
-	}
-	return m.UnmarshalVT(b)
+	return unmarshal(buf.ReadOnlyData(), m)
 }
 
 // Name returns "proto".

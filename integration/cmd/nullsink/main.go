@@ -1,13 +1,23 @@
 // Command nullsink serves the null Sink service (internal/testkit/nullsink),
 // the gRPC floor of the benchmarks, as a process of its own: it listens on
 // the address of its one argument (default 127.0.0.1:0), prints
-// "listening on ADDRESS" and serves until it is killed.
+// "listening on ADDRESS", serves the Go runtime's metrics (as Sink's
+// /metrics names them: go_memstats_mallocs_total and the others) on
+// another loopback port (with the Go runtime's profiles under
+// /debug/pprof/, to compare with Sink's), prints "metrics on ADDRESS", and
+// serves until it is killed.
 package main
 
 import (
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sink-io/sink/internal/testkit/nullsink"
 )
@@ -19,10 +29,26 @@ func main() {
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "nullsink:", err)
-		os.Exit(1)
+		fail(err)
 	}
+	metrics, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fail(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	go func() { _ = http.Serve(metrics, mux) }()
 	nullsink.Serve(lis)
 	fmt.Println("listening on", lis.Addr())
+	fmt.Println("metrics on", metrics.Addr())
 	select {}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "nullsink:", err)
+	os.Exit(1)
 }

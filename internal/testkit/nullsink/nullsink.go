@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sink-io/sink/adapters/sinkgrpc"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
@@ -44,7 +46,18 @@ func (Server) Write(_ context.Context, r *sinkv1.WriteRequest) (*sinkv1.WriteRes
 	return out, nil
 }
 
-// Serve serves the null service on lis until the returned server stops.
+// Delete answers every operation as applied.
+func (Server) Delete(_ context.Context, r *sinkv1.DeleteRequest) (*sinkv1.DeleteResponse, error) {
+	out := &sinkv1.DeleteResponse{Results: make([]*sinkv1.DeleteResult, len(r.Operations))}
+	for i := range out.Results {
+		out.Results[i] = &sinkv1.DeleteResult{Index: uint32(i), Status: sinkv1.OperationStatus_OPERATION_STATUS_APPLIED}
+	}
+	return out, nil
+}
+
+// Serve serves the null service on lis until the returned server stops,
+// with grpc-go's standard health service beside it (the whole server
+// SERVING), as Sink serves it.
 // It keeps as many stream workers as Sink's server
 // (sinkgrpc.StreamWorkers), a transport setting that makes the floor
 // faster too, so that ratios to it compare the work per request and not
@@ -53,6 +66,7 @@ func (Server) Write(_ context.Context, r *sinkv1.WriteRequest) (*sinkv1.WriteRes
 func Serve(lis net.Listener) *grpc.Server {
 	srv := grpc.NewServer(grpc.NumStreamWorkers(sinkgrpc.StreamWorkers()), grpc.ForceServerCodecV2(vtcodec.New()))
 	sinkv1.RegisterSinkServer(srv, Server{})
+	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() { _ = srv.Serve(lis) }()
 	return srv
 }
