@@ -29,6 +29,8 @@
 package postgres
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +41,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -176,23 +179,32 @@ func invalidArg(format string, args ...any) *domain.Error {
 
 // Validate implements ports.Storage, without I/O.
 func (s *Store) Validate(op ports.WriteOp) error {
-	t, err := s.names.resolve(op.Address)
-	if err != nil {
-		return invalidArg("%v", err)
+	r := resolver{s: s}
+	if _, _, err := s.validate(op, &r); err != nil {
+		return err
 	}
-	if _, err := s.keyArg(t, op.Address.Key); err != nil {
-		return invalidArg("record %s: %v", op.Address, err)
+	return nil
+}
+
+// validate checks op and returns its table and key argument.
+func (s *Store) validate(op ports.WriteOp, r *resolver) (target, any, *domain.Error) {
+	t, k, err := r.resolve(op.Address)
+	if err != nil {
+		return t, nil, err
 	}
 	switch op.Kind {
 	case ports.WritePut:
 		if err := checkDocument(t, op.Document); err != nil {
-			return invalidArg("record %s: %v", op.Address, err)
+			return t, nil, invalidArg("record %s: %v", op.Address, err)
 		}
 	case ports.WriteDelete:
 	default:
-		return invalidArg("unknown write kind %d", op.Kind)
+		return t, nil, invalidArg("unknown write kind %d", op.Kind)
 	}
-	return validMark(op.Mark)
+	if err := validMark(op.Mark); err != nil {
+		return t, nil, err
+	}
+	return t, k, nil
 }
 
 func checkDocument(t target, d domain.Document) error {
@@ -226,7 +238,7 @@ func checkDocument(t target, d domain.Document) error {
 	return nil
 }
 
-func validMark(m *ports.MarkUpdate) error {
+func validMark(m *ports.MarkUpdate) *domain.Error {
 	if m == nil {
 		return nil
 	}
@@ -372,6 +384,11 @@ func scanRows(t target, rows pgx.Rows, found map[string]*row) error {
 // for the next row (the values it holds are not).
 func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 	defer rows.Close()
+	if t.legacy == nil {
+		if ok, err := eachRawRow(rows, emit); ok || err != nil {
+			return err
+		}
+	}
 	// One set of destinations for every row: each Scan assigns freshly
 	// allocated values to them.
 	var (
@@ -446,6 +463,51 @@ func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 	return rows.Err()
 }
 
+// ownColumns are the types of selectSQL's columns on Sink's tables:
+// k bytea, content_type text, doc bytea, rev bytea, mark bytea.
+var ownColumns = [5]uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.ByteaOID}
+
+// eachRawRow is eachRow for Sink's tables when the server sends the bytea
+// columns in binary format (pgx's default; not with the simple protocol),
+// reading each row's raw values instead of pgx's Scan: one allocation for
+// a row's document, one for its revision, the content type shared with
+// the previous row's when equal, the key not copied. It reports false,
+// having read nothing, when the rows are not of that shape.
+func eachRawRow(rows pgx.Rows, emit func(id []byte, r *row)) (bool, error) {
+	// pgx knows the columns before the first row in every query mode.
+	fds := rows.FieldDescriptions()
+	if len(fds) != len(ownColumns) {
+		return false, nil
+	}
+	for i, fd := range fds {
+		// text is the same bytes in either format; bytea only in binary.
+		if fd.DataTypeOID != ownColumns[i] || (fd.Format != pgx.BinaryFormatCode && fd.DataTypeOID != pgtype.TextOID) {
+			return false, nil
+		}
+	}
+	var r row
+	for rows.Next() {
+		v := rows.RawValues()
+		if v[0] == nil || v[1] == nil || v[2] == nil || v[3] == nil {
+			return true, fmt.Errorf("a row of a Sink table has a NULL key, content type, document or revision")
+		}
+		m, err := decodeMark(v[4])
+		if err != nil {
+			return true, err
+		}
+		ct := r.doc.ContentType
+		if string(v[1]) != ct {
+			ct = string(v[1])
+		}
+		r = row{doc: domain.Document{ContentType: ct, Data: bytes.Clone(v[2])}, rev: domain.Revision(v[3]), mark: m}
+		if r.doc.Data == nil {
+			r.doc.Data = []byte{}
+		}
+		emit(v[0], &r)
+	}
+	return true, rows.Err()
+}
+
 func deref(p *string) string {
 	if p == nil {
 		return ""
@@ -467,44 +529,101 @@ type group struct {
 	idOf []string // the keyID of each of idx
 	keys []any    // distinct key arguments, in first-seen order
 	ids  []string // their keyIDs
+	// first maps a keyID to the first of idx with that key; nil while the
+	// group has one address.
+	first map[string]int
 }
 
-// groupBy resolves the addresses and groups them by table; it reports
-// those it cannot resolve through bad.
-func (s *Store) groupBy(n int, addr func(int) domain.Address, bad func(i int, err *domain.Error)) []*group {
-	byT := map[target]*group{}
-	var out []*group
-	seen := map[target]map[string]bool{}
-	for i := 0; i < n; i++ {
-		a := addr(i)
-		t, err := s.names.resolve(a)
-		if err != nil {
-			bad(i, invalidArg("%v", err))
-			continue
+// firstOf returns the first address of the group with keyID id.
+func (g *group) firstOf(id string) (int, bool) {
+	if g.first == nil {
+		if len(g.ids) == 1 && g.ids[0] == id {
+			return g.idx[0], true
 		}
-		k, err := s.keyArg(t, a.Key)
-		if err != nil {
-			bad(i, invalidArg("record %s: %v", a, err))
-			continue
-		}
-		tk := target{Schema: t.Schema, Table: t.Table}
-		g := byT[tk]
-		if g == nil {
-			g = &group{t: t}
-			byT[tk] = g
-			out = append(out, g)
-			seen[tk] = map[string]bool{}
-		}
-		g.idx = append(g.idx, i)
-		id := keyID(k)
-		g.idOf = append(g.idOf, id)
-		if !seen[tk][id] {
-			seen[tk][id] = true
-			g.keys = append(g.keys, k)
-			g.ids = append(g.ids, id)
-		}
+		return 0, false
 	}
-	slices.SortFunc(out, func(a, b *group) int { return strings.Compare(a.t.String(), b.t.String()) })
+	i, ok := g.first[id]
+	return i, ok
+}
+
+// add adds address i with key argument k; more is how many addresses of
+// the call may still come (to size the map once).
+func (g *group) add(i int, k any, more int) {
+	id := keyID(k)
+	g.idx = append(g.idx, i)
+	g.idOf = append(g.idOf, id)
+	if len(g.idx) == 1 {
+		g.keys, g.ids = append(g.keys, k), append(g.ids, id)
+		return
+	}
+	if g.first == nil {
+		g.first = make(map[string]int, 1+more)
+		g.first[g.idOf[0]] = g.idx[0]
+	}
+	if _, ok := g.first[id]; !ok {
+		g.first[id] = i
+		g.keys, g.ids = append(g.keys, k), append(g.ids, id)
+	}
+}
+
+// resolver resolves addresses to their table and key argument, reusing
+// the previous address's table when the dataset is the same (a batch's
+// addresses mostly share one).
+type resolver struct {
+	s      *Store
+	ns, ds string
+	t      target
+	err    error
+	ok     bool
+}
+
+func (r *resolver) resolve(a domain.Address) (target, any, *domain.Error) {
+	if !r.ok || a.Namespace != r.ns || a.Dataset != r.ds {
+		r.t, r.err = r.s.names.resolve(a)
+		r.ns, r.ds, r.ok = a.Namespace, a.Dataset, true
+	}
+	if r.err != nil {
+		return target{}, nil, invalidArg("%v", r.err)
+	}
+	k, err := r.s.keyArg(r.t, a.Key)
+	if err != nil {
+		return target{}, nil, invalidArg("record %s: %v", a, err)
+	}
+	return r.t, k, nil
+}
+
+// groupBy groups n addresses, resolved by at, by table; it reports those
+// that cannot be resolved through bad.
+func groupBy(n int, at func(i int) (target, any, *domain.Error), bad func(i int, err *domain.Error)) []*group {
+	var out []*group
+	var byT map[[2]string]*group // when the call spans tables
+	var last *group
+	for i := 0; i < n; i++ {
+		t, k, err := at(i)
+		if err != nil {
+			bad(i, err)
+			continue
+		}
+		g := last
+		if g == nil || g.t.Schema != t.Schema || g.t.Table != t.Table {
+			tk := [2]string{t.Schema, t.Table}
+			if byT == nil && last != nil {
+				byT = map[[2]string]*group{{last.t.Schema, last.t.Table}: last}
+			}
+			if g = byT[tk]; g == nil {
+				g = &group{t: t}
+				out = append(out, g)
+				if byT != nil {
+					byT[tk] = g
+				}
+			}
+			last = g
+		}
+		g.add(i, k, n-i)
+	}
+	slices.SortFunc(out, func(a, b *group) int {
+		return cmp.Or(strings.Compare(a.t.Schema, b.t.Schema), strings.Compare(a.t.Table, b.t.Table))
+	})
 	return out
 }
 
@@ -519,7 +638,8 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 		}
 		return out
 	}
-	groups := s.groupBy(len(addrs), func(i int) domain.Address { return addrs[i] }, func(i int, err *domain.Error) { out[i].Err = err })
+	r := resolver{s: s}
+	groups := groupBy(len(addrs), func(i int) (target, any, *domain.Error) { return r.resolve(addrs[i]) }, func(i int, err *domain.Error) { out[i].Err = err })
 	if len(groups) == 0 {
 		return out
 	}
@@ -544,23 +664,17 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			return out
 		}
 		// Each record's first address gets the row; others copy it after.
-		first := make([]map[string]int, len(groups))
 		fill := func(gi int) func(id []byte, r *row) {
+			g := groups[gi]
 			return func(id []byte, r *row) {
-				if i, ok := first[gi][string(id)]; ok {
+				if i, ok := g.firstOf(string(id)); ok {
 					out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: r.doc, Revision: r.rev, Mark: r.mark}}
 				}
 			}
 		}
-		b := &pgx.Batch{}
 		var queued []int
-		for gi, g := range groups {
-			first[gi] = make(map[string]int, len(g.ids))
-			for x := len(g.idx) - 1; x >= 0; x-- {
-				first[gi][g.idOf[x]] = g.idx[x]
-			}
+		for gi := range groups {
 			if exists[gi] {
-				b.Queue(selectSQL(g.t, false), keyArray(g.t, g.keys))
 				queued = append(queued, gi)
 			}
 		}
@@ -577,6 +691,10 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 				err = eachRow(g.t, rows, fill(queued[0]))
 			}
 		} else if len(queued) > 1 {
+			b := &pgx.Batch{}
+			for _, gi := range queued {
+				b.Queue(selectSQL(groups[gi].t, false), keyArray(groups[gi].t, groups[gi].keys))
+			}
 			err = s.runBatch(ctx, b, func(br pgx.BatchResults) error {
 				for _, gi := range queued {
 					rows, err := br.Query()
@@ -606,9 +724,12 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			fail(err)
 			return out
 		}
-		for gi, g := range groups {
+		for _, g := range groups {
+			if len(g.ids) == len(g.idx) {
+				continue // no record asked for twice
+			}
 			for x, i := range g.idx {
-				f := first[gi][g.idOf[x]]
+				f := g.first[g.idOf[x]]
 				if f == i || !out[f].Found {
 					continue
 				}
