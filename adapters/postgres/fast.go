@@ -78,7 +78,10 @@ type directStmt struct {
 
 // writeDirect runs the direct path once; it returns the results of the
 // valid operations or the error and how far it got.
-func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []int, groups []*group, opGroup []int, opKey []string) ([]ports.WriteResult, phase, error) {
+//
+// opArg holds each valid operation's key argument (the encoded key: the
+// direct path writes only Sink's tables).
+func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []int, groups []*group, opGroup []int, opKey []string, opArg []any) ([]ports.WriteResult, phase, error) {
 	res := make([]ports.WriteResult, len(valid))
 	stmts := make([][4]*directStmt, len(groups))
 	for j, i := range valid {
@@ -99,7 +102,7 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 			st = &directStmt{kind: kind}
 			stmts[opGroup[j]][kind] = st
 		}
-		r := directRow{j: j, key: []byte(opKey[j])}
+		r := directRow{j: j, key: opArg[j].([]byte)}
 		if op.Condition.Kind == ports.ConditionRevision {
 			r.cond = []byte(op.Condition.Revision)
 		}
@@ -118,7 +121,7 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 			}
 			// Key order: concurrent calls lock rows in the same order.
 			slices.SortFunc(st.rows, func(a, b directRow) int { return bytes.Compare(a.key, b.key) })
-			q, a := directSQL(g.t, st, ops, valid)
+			q, a := directSQL(g.sql, st, ops, valid)
 			order, sqls, args = append(order, st), append(sqls, q), append(args, a)
 		}
 	}
@@ -183,7 +186,7 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 // directSQL returns the statement of st and its arguments; one of several
 // rows returns each changed row's key and whether it existed, one row
 // whether it existed (see directOneSQL).
-func directSQL(t target, st *directStmt, ops []ports.WriteOp, valid []int) (string, []any) {
+func directSQL(t *tableSQL, st *directStmt, ops []ports.WriteOp, valid []int) (string, []any) {
 	n := len(st.rows)
 	if n == 1 {
 		return directOneSQL(t, st, ops, valid)
@@ -197,7 +200,7 @@ func directSQL(t target, st *directStmt, ops []ports.WriteOp, valid []int) (stri
 		for x, r := range st.rows {
 			conds[x] = r.cond
 		}
-		return `DELETE FROM ` + t.ident() + ` t USING unnest($1::bytea[], $2::bytea[]) AS u(k, cond)
+		return `DELETE FROM ` + t.ident + ` t USING unnest($1::bytea[], $2::bytea[]) AS u(k, cond)
 WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, []any{keys, conds}
 	}
 	cts := make([]string, n)
@@ -210,13 +213,13 @@ WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, []a
 	}
 	switch st.kind {
 	case dUpsert:
-		return `INSERT INTO ` + t.ident() + ` AS t (k, content_type, doc, rev) SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[])
+		return `INSERT INTO ` + t.ident + ` AS t (k, content_type, doc, rev) SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[])
 ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUDED.doc, rev = EXCLUDED.rev RETURNING t.k, t.xmax <> 0`, []any{keys, cts, docs, revs}
 	case dCreate:
-		return `INSERT INTO ` + t.ident() + ` (k, content_type, doc, rev) SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[])
+		return `INSERT INTO ` + t.ident + ` (k, content_type, doc, rev) SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[])
 ON CONFLICT (k) DO NOTHING RETURNING k, false`, []any{keys, cts, docs, revs}
 	default: // dUpdate
-		return `UPDATE ` + t.ident() + ` t SET content_type = u.ct, doc = u.doc, rev = u.rev
+		return `UPDATE ` + t.ident + ` t SET content_type = u.ct, doc = u.doc, rev = u.rev
 FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[]) AS u(k, ct, doc, rev, cond)
 WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, []any{keys, cts, docs, revs, conds}
 	}
@@ -314,22 +317,18 @@ func (s *Store) settlePending(ctx context.Context, ops []ports.WriteOp, valid []
 // directOneSQL is directSQL for one row, with scalar parameters (cheaper
 // than unnest for the server and the driver), returning only whether the
 // row existed.
-func directOneSQL(t target, st *directStmt, ops []ports.WriteOp, valid []int) (string, []any) {
+func directOneSQL(t *tableSQL, st *directStmt, ops []ports.WriteOp, valid []int) (string, []any) {
 	r := st.rows[0]
 	if st.kind == dDelete {
-		return `DELETE FROM ` + t.ident() + ` WHERE k = $1 AND ($2::bytea IS NULL OR rev = $2) RETURNING true`, []any{r.key, r.cond}
+		return t.deleteOne, []any{r.key, r.cond}
 	}
 	d := ops[valid[r.j]].Document
 	switch st.kind {
 	case dUpsert:
-		return `INSERT INTO ` + t.ident() + ` AS t (k, content_type, doc, rev) VALUES ($1, $2, $3, $4)
-ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUDED.doc, rev = EXCLUDED.rev RETURNING t.xmax <> 0`,
-			[]any{r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev)}
+		return t.upsertOne, []any{r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev)}
 	case dCreate:
-		return `INSERT INTO ` + t.ident() + ` (k, content_type, doc, rev) VALUES ($1, $2, $3, $4) ON CONFLICT (k) DO NOTHING RETURNING false`,
-			[]any{r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev)}
+		return t.createOne, []any{r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev)}
 	default: // dUpdate
-		return `UPDATE ` + t.ident() + ` SET content_type = $2, doc = $3, rev = $4 WHERE k = $1 AND ($5::bytea IS NULL OR rev = $5) RETURNING true`,
-			[]any{r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev), r.cond}
+		return t.updateOne, []any{r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev), r.cond}
 	}
 }

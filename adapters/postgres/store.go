@@ -124,7 +124,7 @@ type Store struct {
 	readsBack   bool
 
 	mu    sync.Mutex
-	ready map[target]bool // tables known to exist (and, bound, checked)
+	ready map[target]*tableSQL // tables known to exist (and, bound, checked)
 }
 
 // New returns a Store over pool. It performs no I/O: tables are created or
@@ -150,7 +150,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	return &Store{
 		pool: pool, names: m, revs: newRevisions(), markRing: opts.MarkRing, maxAttempts: opts.MaxAttempts,
 		secrets: opts.Secrets, tracer: tracerOf(opts.TracerProvider), readsBack: readsBack,
-		ready: map[target]bool{},
+		ready: map[target]*tableSQL{},
 	}, nil
 }
 
@@ -532,6 +532,7 @@ type group struct {
 	// first maps a keyID to the first of idx with that key; nil while the
 	// group has one address.
 	first map[string]int
+	sql   *tableSQL // set once the table is known to exist
 }
 
 // firstOf returns the first address of the group with keyID id.
@@ -612,6 +613,12 @@ func groupBy(n int, at func(i int) (target, any, *domain.Error), bad func(i int,
 			}
 			if g = byT[tk]; g == nil {
 				g = &group{t: t}
+				if out == nil {
+					// The call's first table: room for every address
+					// left (most calls have one table).
+					m := n - i
+					g.idx, g.idOf, g.keys, g.ids = make([]int, 0, m), make([]string, 0, m), make([]any, 0, m), make([]string, 0, m)
+				}
 				out = append(out, g)
 				if byT != nil {
 					byT[tk] = g
@@ -684,7 +691,7 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			q, arg := selectSQL(g.t, false), keyArray(g.t, g.keys)
 			if len(g.keys) == 1 && g.t.legacy == nil {
 				// One record: a scalar parameter, cheaper than an array.
-				q, arg = "SELECT k, content_type, doc, rev, mark FROM "+g.t.ident()+" WHERE k = $1", g.keys[0]
+				q, arg = g.sql.selectOne, g.keys[0]
 			}
 			var rows pgx.Rows
 			if rows, err = s.pool.Query(ctx, q, arg); err == nil {
@@ -781,8 +788,8 @@ func (s *Store) existing(ctx context.Context, groups []*group) ([]bool, error) {
 	var ask []int
 	s.mu.Lock()
 	for gi, g := range groups {
-		if s.ready[target{Schema: g.t.Schema, Table: g.t.Table}] {
-			out[gi] = true
+		if ts := s.ready[target{Schema: g.t.Schema, Table: g.t.Table}]; ts != nil {
+			out[gi], g.sql = true, ts
 		} else {
 			ask = append(ask, gi)
 		}
@@ -812,11 +819,41 @@ func (s *Store) existing(ctx context.Context, groups []*group) ([]bool, error) {
 			}
 		}
 		out[gi] = true
-		s.mu.Lock()
-		s.ready[target{Schema: g.t.Schema, Table: g.t.Table}] = true
-		s.mu.Unlock()
+		s.setReady(g)
 	}
 	return out, nil
+}
+
+// setReady records that g's table exists and gives g its statements.
+func (s *Store) setReady(g *group) {
+	ts := newTableSQL(g.t)
+	s.mu.Lock()
+	s.ready[target{Schema: g.t.Schema, Table: g.t.Table}] = ts
+	s.mu.Unlock()
+	g.sql = ts
+}
+
+// tableSQL is a ready table's quoted name and, for Sink's tables, the
+// one-row statements of reads and of the direct path (fast.go), built
+// once instead of for every call.
+type tableSQL struct {
+	ident                                                 string
+	selectOne, upsertOne, createOne, updateOne, deleteOne string
+}
+
+func newTableSQL(t target) *tableSQL {
+	id := t.ident()
+	ts := &tableSQL{ident: id}
+	if t.legacy != nil {
+		return ts
+	}
+	ts.selectOne = "SELECT k, content_type, doc, rev, mark FROM " + id + " WHERE k = $1"
+	ts.upsertOne = `INSERT INTO ` + id + ` AS t (k, content_type, doc, rev) VALUES ($1, $2, $3, $4)
+ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUDED.doc, rev = EXCLUDED.rev RETURNING t.xmax <> 0`
+	ts.createOne = `INSERT INTO ` + id + ` (k, content_type, doc, rev) VALUES ($1, $2, $3, $4) ON CONFLICT (k) DO NOTHING RETURNING false`
+	ts.updateOne = `UPDATE ` + id + ` SET content_type = $2, doc = $3, rev = $4 WHERE k = $1 AND ($5::bytea IS NULL OR rev = $5) RETURNING true`
+	ts.deleteOne = `DELETE FROM ` + id + ` WHERE k = $1 AND ($2::bytea IS NULL OR rev = $2) RETURNING true`
+	return ts
 }
 
 // ensure makes sure the groups' tables exist: Sink's tables are created
@@ -839,9 +876,7 @@ func (s *Store) ensure(ctx context.Context, groups []*group) error {
 		if err := s.create(ctx, g.t); err != nil {
 			return err
 		}
-		s.mu.Lock()
-		s.ready[target{Schema: g.t.Schema, Table: g.t.Table}] = true
-		s.mu.Unlock()
+		s.setReady(g)
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteRes
 		var ph phase
 		var err error
 		if direct {
-			res, ph, err = s.writeDirect(ctx, ops, valid, groups, opGroup, opKey)
+			res, ph, err = s.writeDirect(ctx, ops, valid, groups, opGroup, opKey, ks)
 		} else {
 			res, ph, err = s.writeOnce(ctx, ops, valid, groups, opGroup, opKey)
 		}
