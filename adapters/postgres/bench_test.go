@@ -30,6 +30,7 @@ type benchEnv struct {
 	ops  []ports.WriteOp
 	adds []domain.Address
 	keys [][]byte
+	idx  map[string]int // position of each of keys
 	cts  []string
 	docs [][]byte
 	revs [][]byte
@@ -37,13 +38,14 @@ type benchEnv struct {
 
 func newBenchEnv(b *testing.B, n int) *benchEnv {
 	p, _ := newPool(b, 16)
-	e := &benchEnv{s: newStore(b, p, postgres.Options{}), pool: p}
+	e := &benchEnv{s: newStore(b, p, postgres.Options{}), pool: p, idx: map[string]int{}}
 	doc := domain.Document{ContentType: domain.ContentTypeJSON, Data: append(append([]byte(`{"p":"`), bytes.Repeat([]byte("x"), 1000)...), `"}`...)}
 	for i := 0; i < n; i++ {
 		a := domain.Address{Namespace: "bench", Dataset: "records", Key: domain.StringKey(fmt.Sprintf("key-%06d", i))}
 		e.ops = append(e.ops, ports.WriteOp{Kind: ports.WritePut, Address: a, Document: doc})
 		e.adds = append(e.adds, a)
 		e.keys = append(e.keys, append([]byte("s"), fmt.Sprintf("key-%06d", i)...))
+		e.idx[string(e.keys[i])] = i
 		e.cts = append(e.cts, doc.ContentType)
 		e.docs = append(e.docs, doc.Data)
 		e.revs = append(e.revs, bytes.Repeat([]byte{byte(i)}, 16))
@@ -67,6 +69,27 @@ ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUD
 func (e *benchEnv) rawPut(b *testing.B, keys [][]byte, cts []string, docs, revs [][]byte) {
 	if _, err := e.pool.Exec(context.Background(), rawUpsert, keys, cts, docs, revs); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// rawRows runs query, scans each row into dest and calls row; it fails
+// unless there was a row for each of the env's keys.
+func (e *benchEnv) rawRows(b *testing.B, dest []any, row func(), query string, args ...any) {
+	rows, err := e.pool.Query(context.Background(), query, args...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			b.Fatal(err)
+		}
+		row()
+		n++
+	}
+	rows.Close()
+	if rows.Err() != nil || n != len(e.keys) {
+		b.Fatal(rows.Err(), n)
 	}
 }
 
@@ -117,10 +140,6 @@ type pairedCase struct {
 func BenchmarkBatchPut500x1KB(b *testing.B) {
 	e := newBenchEnv(b, 500)
 	ctx := context.Background()
-	idx := make(map[string]int, len(e.keys))
-	for i, k := range e.keys {
-		idx[string(k)] = i
-	}
 	existed := make([]bool, len(e.keys))
 	paired(b,
 		pairedCase{"adapter", func(b *testing.B) {
@@ -131,24 +150,9 @@ func BenchmarkBatchPut500x1KB(b *testing.B) {
 			}
 		}},
 		pairedCase{"raw", func(b *testing.B) {
-			rows, err := e.pool.Query(ctx, rawUpsert+" RETURNING t.k, t.xmax <> 0", e.keys, e.cts, e.docs, e.revs)
-			if err != nil {
-				b.Fatal(err)
-			}
 			var k []byte
 			var ex bool
-			n := 0
-			for rows.Next() {
-				if err := rows.Scan(&k, &ex); err != nil {
-					b.Fatal(err)
-				}
-				existed[idx[string(k)]] = ex
-				n++
-			}
-			rows.Close()
-			if rows.Err() != nil || n != len(e.keys) {
-				b.Fatal(rows.Err(), n)
-			}
+			e.rawRows(b, []any{&k, &ex}, func() { existed[e.idx[string(k)]] = ex }, rawUpsert+" RETURNING t.k, t.xmax <> 0", e.keys, e.cts, e.docs, e.revs)
 		}},
 	)
 }
@@ -159,10 +163,6 @@ func BenchmarkBatchPut500x1KB(b *testing.B) {
 func BenchmarkBatchRead500(b *testing.B) {
 	e := newBenchEnv(b, 500)
 	ctx := context.Background()
-	idx := make(map[string]int, len(e.keys))
-	for i, k := range e.keys {
-		idx[string(k)] = i
-	}
 	type rec struct {
 		ct             string
 		doc, rev, mark []byte
@@ -176,25 +176,10 @@ func BenchmarkBatchRead500(b *testing.B) {
 			}
 		}},
 		pairedCase{"raw", func(b *testing.B) {
-			rows, err := e.pool.Query(ctx, "SELECT k, content_type, doc, rev, mark FROM raw.records WHERE k = ANY($1)", e.keys)
-			if err != nil {
-				b.Fatal(err)
-			}
 			out := make([]rec, len(e.keys))
-			n := 0
 			var k []byte
-			for rows.Next() {
-				var r rec
-				if err := rows.Scan(&k, &r.ct, &r.doc, &r.rev, &r.mark); err != nil {
-					b.Fatal(err)
-				}
-				out[idx[string(k)]] = r
-				n++
-			}
-			rows.Close()
-			if rows.Err() != nil || n != len(e.keys) {
-				b.Fatal(rows.Err(), n)
-			}
+			var r rec
+			e.rawRows(b, []any{&k, &r.ct, &r.doc, &r.rev, &r.mark}, func() { out[e.idx[string(k)]] = r }, "SELECT k, content_type, doc, rev, mark FROM raw.records WHERE k = ANY($1)", e.keys)
 		}},
 	)
 }
