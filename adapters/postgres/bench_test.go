@@ -346,3 +346,26 @@ func BenchmarkMergeContention(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAdapterAllocs: the adapter alone, for its allocations per call
+// (the paired benchmarks' allocs/op count every case of the loop).
+func BenchmarkAdapterAllocs(b *testing.B) {
+	e := newBenchEnv(b, 500)
+	ctx := context.Background()
+	b.Run("single put", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if r := e.s.Write(ctx, e.ops[:1]); r[0].Err != nil {
+				b.Fatal(r[0].Err)
+			}
+		}
+	})
+	b.Run("batch read 500", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if r := e.s.Read(ctx, e.adds); !r[0].Found {
+				b.Fatal("not found")
+			}
+		}
+	})
+}
