@@ -50,7 +50,7 @@ const (
 	stopGrace     = 25 * time.Second               // docker stop grace for SIGTERM
 	connKillTime  = 3 * time.Second                // db-connections: how long Sink's backends are terminated
 	connKillEvery = 100 * time.Millisecond         // db-connections: between two rounds that end every backend
-	connPollEvery = 2 * time.Millisecond           // db-connections: between two rounds that end the backends in flight
+	connPollEvery = 20 * time.Millisecond          // db-connections: between two rounds that end the backends in flight (at 2 ms no statement got through for the whole fault)
 	allFaults     = "worker-sigkill,worker-freeze,db-pause,db-kill,db-connections,worker-partition,broker-restart,server-sigterm"
 	defaultTrials = "worker-sigkill=3,worker-freeze=2,db-pause=2,worker-partition=2,broker-restart=2,server-sigterm=2"
 	// defaultTrialsPostgres: SINK_FAULTS_DB=postgres runs the database
