@@ -130,6 +130,7 @@ FUZZ_TARGETS := \
 	./proto/vtcodec:FuzzUnmarshalAgreesWithProto \
 	./adapters/mongodb:FuzzParseBindings \
 	./adapters/mongodb:FuzzScanDifferential \
+	./adapters/postgres:FuzzScanDifferential \
 	./adapters/memory:FuzzScanJSONAndBSON \
 	./internal/celfilter:FuzzCompile \
 	./adapters/auth:FuzzParseAuthorizationFile

@@ -111,16 +111,19 @@ func TestMergeStopsWithTheClient(t *testing.T) {
 
 		ctx, cancel = context.WithCancel(context.Background())
 		s2 := spinService(t, 10*time.Second, p)
-		done := make(chan []application.WriteResult)
+		done := make(chan error)
 		go func() {
-			res, _ := s2.Write(ctx, []domain.Mutation{spinMerge()}, application.WaitUntilApplied)
-			done <- res
+			res, err := s2.Write(ctx, []domain.Mutation{spinMerge()}, application.WaitUntilApplied)
+			if err == nil { // (canceled before it arrived: refused whole)
+				err = res[0].Err
+			}
+			done <- err
 		}()
 		cancel()
 		select {
-		case res := <-done:
-			if domain.CodeOf(res[0].Err) != domain.CodeCanceled {
-				t.Fatalf("%+v: canceled merge: %v", p, res[0].Err)
+		case err := <-done:
+			if domain.CodeOf(err) != domain.CodeCanceled {
+				t.Fatalf("%+v: canceled merge: %v", p, err)
 			}
 		case <-time.After(2 * time.Second):
 			t.Fatalf("%+v: a canceled merge kept running", p)

@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"runtime"
 	"sync"
@@ -74,9 +75,21 @@ type combiner[T any] struct {
 	// service's prefold).
 	queued func(T) func()
 
+	// carry, when set, is called with a caller's item, under mu, when the
+	// batch of another caller takes it; it returns whether the caller may
+	// leave that batch when its context ends (see do) instead of waiting
+	// for the batch to end. It prepares the item for that: from then on
+	// the batch must not touch anything the caller reads after leaving.
+	carry func(T) bool
+
 	// onQueued, when set (tests), is called after a caller queued.
 	onQueued func()
 }
+
+// errLeftBatch is do's answer to a caller that left the batch carrying
+// its item when its context ended (see combiner.carry): the batch may
+// still run the item, or have run it.
+var errLeftBatch = errors.New("left the batch carrying it, which was still at storage")
 
 // waiter is one caller's work in a combiner.
 type waiter[T any] struct {
@@ -87,6 +100,8 @@ type waiter[T any] struct {
 	// batch is the context of the batch that carries the waiter (set
 	// with waiterTaken when the batch has several callers).
 	batch *batchCtx
+	// leave: the waiter may leave the batch that carries it (see carry).
+	leave bool
 }
 
 type waiterState uint8
@@ -99,7 +114,10 @@ const (
 
 // do runs item, alone or in a batch with the items of concurrent callers,
 // and returns when it ran. It returns ctx's error, without running item,
-// when ctx ended while item was still queued.
+// when ctx ended while item was still queued (a queued caller whose
+// context ended is never taken into a batch). When ctx ends while another
+// caller's batch carries item, it returns errLeftBatch at once if carry
+// allowed that, and otherwise when the batch ends.
 func (c *combiner[T]) do(ctx context.Context, item T) error {
 	w := &waiter[T]{item: item, ctx: ctx}
 	c.mu.Lock()
@@ -136,10 +154,17 @@ func (c *combiner[T]) do(ctx context.Context, item T) error {
 			c.mu.Unlock()
 			return ctx.Err()
 		}
-		b := w.batch
+		b, leave := w.batch, w.leave
 		c.mu.Unlock()
 		if b != nil {
 			b.leave()
+		}
+		if leave {
+			select {
+			case <-w.wake: // the batch ended meanwhile: its results stand
+			default:
+				return errLeftBatch
+			}
 		}
 		<-w.wake
 	}
@@ -155,6 +180,12 @@ func (c *combiner[T]) lead(w *waiter[T]) {
 	batch := []*waiter[T]{w}
 	defer func() {
 		c.mu.Lock()
+		for len(c.queue) > 0 && c.queue[0].ctx.Err() != nil {
+			// A caller whose context ended leaves (do) instead of
+			// leading: dropped, so that the lead goes to one that waits.
+			c.queue[0] = nil
+			c.queue = c.queue[1:]
+		}
 		handed := len(c.queue) > 0
 		if handed {
 			next := c.queue[0]
@@ -185,12 +216,20 @@ func (c *combiner[T]) lead(w *waiter[T]) {
 	k := 0
 	for ; k < len(c.queue); k++ {
 		q := c.queue[k]
+		if q.ctx.Err() != nil {
+			// Its context ended while it waited: it leaves (do), and
+			// nothing of it runs. Dropped from the queue with the taken.
+			continue
+		}
 		sz := c.size(q.item)
 		if n+sz > c.max {
 			break
 		}
 		n += sz
 		q.state = waiterTaken
+		if c.carry != nil {
+			q.leave = c.carry(q.item)
+		}
 		batch = append(batch, q)
 	}
 	c.queue = c.queue[k:]

@@ -148,6 +148,8 @@ type Config struct {
 	// client's retry of a record's mutation is recognised and not applied
 	// again (see domain.AppliedMark).
 	IdempotencyRing int
+	// Scan bounds the work of one Scan page and of one Count.
+	Scan ScanLimits
 	// AsyncDisabledHint is appended to the error returned for
 	// RETURN_AFTER_ACCEPTED requests when no queue is configured; it should
 	// name the settings that enable the queue.
@@ -156,6 +158,14 @@ type Config struct {
 	// in the RESOURCE_EXHAUSTED error of a request above it (e.g.
 	// "SINK_MAX_REQUEST_BYTES"); empty: none is named.
 	MaxRequestBytesSetting string
+	// MinDeadline is the least time a request's deadline may leave when
+	// the request arrives: a request whose deadline has passed, or leaves
+	// less, is refused whole with CodeDeadlineExceeded before any storage
+	// or queue work (see checkDeadline). 0 refuses only requests whose
+	// deadline has passed. MinDeadlineSetting names its setting in the
+	// refusal (empty: none is named).
+	MinDeadline        time.Duration
+	MinDeadlineSetting string
 }
 
 // DefaultConfig returns the defaults for every setting (the environment
@@ -173,8 +183,15 @@ func DefaultConfig() Config {
 		Apply:           RetryPolicy{MaxAttempts: 10, BaseBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second},
 		Batch:           BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 2},
 		IdempotencyRing: domain.DefaultAppliedRing,
+		Scan:            DefaultScanLimits(),
+		MinDeadline:     DefaultMinDeadline,
 	}
 }
+
+// DefaultMinDeadline is Config.MinDeadline's default: less than one
+// storage round trip, so that only requests that cannot finish are
+// refused.
+const DefaultMinDeadline = time.Millisecond
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
@@ -182,12 +199,15 @@ func (c Config) Validate() error {
 	if c.Store == "" {
 		errs = append(errs, errors.New("store name must not be empty"))
 	}
-	errs = append(errs, c.Limits.Validate(), c.Merge.Validate("merge"), c.Apply.Validate("apply retry"))
+	errs = append(errs, c.Limits.Validate(), c.Merge.Validate("merge"), c.Apply.Validate("apply retry"), c.Scan.Validate())
 	if c.Batch.Enabled && c.Batch.MaxOps < 1 {
 		errs = append(errs, fmt.Errorf("batch: max operations must be at least 1, got %d", c.Batch.MaxOps))
 	}
 	if c.Batch.Enabled && (c.Batch.Shards < 1 || c.Batch.Shards > 1024) {
 		errs = append(errs, fmt.Errorf("batch: shards must be between 1 and 1024, got %d", c.Batch.Shards))
+	}
+	if c.MinDeadline < 0 {
+		errs = append(errs, fmt.Errorf("min deadline must not be negative, got %s", c.MinDeadline))
 	}
 	if c.IdempotencyRing < 1 || c.IdempotencyRing > domain.MaxAppliedRing {
 		errs = append(errs, fmt.Errorf("idempotency ring must be between 1 and %d mutation ids, got %d", domain.MaxAppliedRing, c.IdempotencyRing))

@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,24 @@ type job struct {
 	// position in its record's applied mark. Synchronous mutations leave
 	// their ID only when it is a client's idempotency key.
 	queued bool
+	// own is the caller's results slice while another caller's batch
+	// carries the job (see carryJob); results is then the job's own.
+	own []WriteResult
+}
+
+// carryJob is the write combiners' carry: a synchronous caller carried in
+// another caller's batch may leave it at its deadline. The batch then
+// writes the job's results into a slice of the job's own, copied to the
+// caller's when the batch ends (execute), so that a caller that left
+// reads nothing the batch still writes. A worker's job (queued) stays to
+// the end: the worker decides on each mutation's outcome (acknowledge,
+// resolve, park or dead-letter) and must know it.
+func carryJob(j *job) bool {
+	if j.queued {
+		return false
+	}
+	j.own, j.results = j.results, make([]WriteResult, len(j.results))
+	return true
 }
 
 // execute applies the validated mutations work[i], i in valid, writing their
@@ -72,9 +91,25 @@ func (s *Service) execute(ctx context.Context, work []domain.Mutation, valid []i
 		return
 	}
 	j.shard = shard
-	if err := s.writes[shard].do(ctx, j); err != nil {
+	err := s.writes[shard].do(ctx, j)
+	switch {
+	case errors.Is(err, errLeftBatch):
+		// The caller's context ended while the batch carrying its
+		// mutations was at storage: they may have been applied, or may
+		// still be.
 		for _, i := range valid {
-			results[i] = failed(opError(refs(i), fieldAddress, domain.Wrap(domain.AsError(err).Code, err, "stopped before the mutation was applied")))
+			m := &work[i]
+			results[i] = failed(opError(refs(i), fieldAddress, &domain.Error{Code: domain.CodeOutcomeUnknown, Retryable: m.Keyed || idempotent(m), Cause: ctx.Err(),
+				Message: "the request ended (" + ctx.Err().Error() + ") while the mutation was at storage in a batch shared with other requests; it may have been applied"}))
+		}
+	case err != nil:
+		// It left the queue: nothing of it was written.
+		for _, i := range valid {
+			results[i] = failed(opError(refs(i), fieldAddress, domain.Wrap(stoppedCode(err), err, "stopped before the mutation was attempted; nothing was written")))
+		}
+	case j.own != nil:
+		for _, i := range valid {
+			j.own[i] = j.results[i]
 		}
 	}
 }

@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sink-io/sink/domain"
@@ -27,9 +28,15 @@ func (s *Service) readStorage(ctx context.Context, addrs []domain.Address) []por
 	}
 	j := &readJob{addrs: addrs}
 	if err := s.reads[shard].do(ctx, j); err != nil {
+		// It left the queue, or the batch carrying it (reads may: a
+		// read's outcome changes nothing).
+		msg := "stopped before the record was read"
+		if errors.Is(err, errLeftBatch) {
+			err, msg = ctx.Err(), "the request ended while the read was at storage in a batch shared with other requests"
+		}
 		out := make([]ports.ReadResult, len(addrs))
 		for i := range out {
-			out[i].Err = domain.Wrap(domain.AsError(err).Code, err, "stopped before the record was read")
+			out[i].Err = domain.Wrap(stoppedCode(err), err, "%s", msg)
 		}
 		return out
 	}

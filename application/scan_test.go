@@ -18,10 +18,16 @@ import (
 // each {"i": i, "even": i%2 == 0}.
 func scanStore(t *testing.T, n int) *memory.Store {
 	t.Helper()
+	return scanStoreNamed(t, application.DefaultConfig().Store, n)
+}
+
+// scanStoreNamed is scanStore serving store name.
+func scanStoreNamed(t *testing.T, name string, n int) *memory.Store {
+	t.Helper()
 	st := memory.New()
 	var ops []ports.WriteOp
 	for i := range n {
-		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: domain.Address{Store: application.DefaultConfig().Store, Namespace: "n", Dataset: "d", Key: domain.StringKey(fmt.Sprintf("k%03d", i))},
+		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: domain.Address{Store: name, Namespace: "n", Dataset: "d", Key: domain.StringKey(fmt.Sprintf("k%03d", i))},
 			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: fmt.Appendf(nil, `{"i":%d,"even":%v}`, i, i%2 == 0)}})
 	}
 	for _, r := range st.Write(context.Background(), ops) {
@@ -63,7 +69,7 @@ func scanAllPages(t *testing.T, ctx context.Context, s *application.Service, req
 // page makes progress (some return nothing), and the matches come back
 // once each, in order.
 func TestScanBoundsScannedRecordsPerPage(t *testing.T) {
-	s, err := application.NewService(application.DefaultConfig(), scanStore(t, 40), nil, application.WithScanLimits(application.ScanLimits{MaxScannedPerPage: 7}))
+	s, err := application.NewService(scanConfig(func(l *application.ScanLimits) { l.MaxScannedPerPage = 7 }), scanStore(t, 40), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +218,7 @@ func (b *blockingScanner) Scan(ctx context.Context, q ports.ScanQuery) (ports.Sc
 
 func TestScanPageTimeBudgetAndCancellation(t *testing.T) {
 	bs := &blockingScanner{Store: scanStore(t, 10)}
-	s, err := application.NewService(application.DefaultConfig(), bs, nil, application.WithScanLimits(application.ScanLimits{PageTime: 50 * time.Millisecond}))
+	s, err := application.NewService(scanConfig(func(l *application.ScanLimits) { l.PageTime = 50 * time.Millisecond }), bs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,6 +258,36 @@ func TestScanNeedsAScanner(t *testing.T) {
 	}
 }
 
+// Among several stores, a scan or count goes to the dataset's store; a
+// store whose adapter cannot scan answers FAILED_PRECONDITION naming it,
+// and the others still scan.
+func TestScanRoutesByStore(t *testing.T) {
+	s, err := application.NewService(application.DefaultConfig(), scanStore(t, 5), nil,
+		application.WithStores(map[string]ports.Storage{"plain": storageOnly{scanStoreNamed(t, "plain", 3)}, "other": scanStoreNamed(t, "other", 2)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for store, want := range map[string]int{"": 5, "other": 2} {
+		spec := scanSpec()
+		spec.Dataset.Store = store
+		if keys, _ := scanAllPages(t, ctx, s, application.ScanRequest{Spec: spec}); len(keys) != want {
+			t.Fatalf("scan of store %q: %v, want %d keys", store, keys, want)
+		}
+		if c, err := s.Count(ctx, &application.CountRequest{Spec: spec}); err != nil || c.Count != int64(want) {
+			t.Fatalf("count of store %q: %+v, %v", store, c, err)
+		}
+	}
+	spec := scanSpec()
+	spec.Dataset.Store = "plain"
+	if _, err := s.Scan(ctx, &application.ScanRequest{Spec: spec}); domain.CodeOf(err) != domain.CodeFailedPrecondition || !strings.Contains(err.Error(), `"plain"`) {
+		t.Fatalf("scan of a store without scan support: %v", err)
+	}
+	if _, err := s.Count(ctx, &application.CountRequest{Spec: spec}); domain.CodeOf(err) != domain.CodeFailedPrecondition {
+		t.Fatalf("count of a store without scan support: %v", err)
+	}
+}
+
 func TestCount(t *testing.T) {
 	s, err := application.NewService(application.DefaultConfig(), scanStore(t, 25), nil)
 	if err != nil {
@@ -265,7 +301,7 @@ func TestCount(t *testing.T) {
 	if c, err := s.Count(context.Background(), &application.CountRequest{Spec: spec}); err != nil || c.Count != 5 || !c.Exact {
 		t.Fatalf("count with a filter: %+v %v", c, err)
 	}
-	small, err := application.NewService(application.DefaultConfig(), scanStore(t, 25), nil, application.WithScanLimits(application.ScanLimits{MaxCountScanned: 10}))
+	small, err := application.NewService(scanConfig(func(l *application.ScanLimits) { l.MaxCountScanned = 10 }), scanStore(t, 25), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,4 +338,12 @@ func TestScanPageBytesAreBounded(t *testing.T) {
 	if len(pages) < 2 || total != 10 {
 		t.Fatalf("%d pages, %d records", len(pages), total)
 	}
+}
+
+// scanConfig returns the default configuration with its scan limits
+// changed by set.
+func scanConfig(set func(*application.ScanLimits)) application.Config {
+	cfg := application.DefaultConfig()
+	set(&cfg.Scan)
+	return cfg
 }

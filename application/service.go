@@ -46,8 +46,6 @@ type Service struct {
 	// (one adapter per served store).
 	extraStores map[string]ports.Storage
 	stores      *storeSet
-	// scanLimits: see WithScanLimits (nil: the defaults).
-	scanLimits *ScanLimits
 }
 
 // Option customizes a Service.
@@ -122,12 +120,13 @@ func NewService(cfg Config, storage ports.Storage, profiles []ports.MergeProfile
 		s.writes = make([]*combiner[*job], n)
 		s.reads = make([]*combiner[*readJob], n)
 		for k := range s.writes {
-			w := &combiner[*job]{max: cfg.Batch.MaxOps, size: func(j *job) int { return len(j.valid) }, run: s.runWrites}
+			w := &combiner[*job]{max: cfg.Batch.MaxOps, size: func(j *job) int { return len(j.valid) }, run: s.runWrites, carry: carryJob}
 			if s.keepsHints() {
 				w.queued = func(j *job) func() { return s.prefold(&w.hints, j) }
 			}
 			s.writes[k] = w
-			s.reads[k] = &combiner[*readJob]{max: cfg.Batch.MaxOps, size: func(j *readJob) int { return len(j.addrs) }, run: s.runReads}
+			s.reads[k] = &combiner[*readJob]{max: cfg.Batch.MaxOps, size: func(j *readJob) int { return len(j.addrs) }, run: s.runReads,
+				carry: func(*readJob) bool { return true }}
 		}
 	}
 	return s, nil
@@ -182,6 +181,9 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 		return nil, err
 	}
 	if err := s.checkCaller(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkDeadline(ctx); err != nil {
 		return nil, err
 	}
 	results := make([]ReadResult, len(addrs))
@@ -266,6 +268,9 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		return nil, err
 	}
 	if err := s.checkCaller(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkDeadline(ctx); err != nil {
 		return nil, err
 	}
 	switch completion {

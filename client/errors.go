@@ -45,6 +45,10 @@ var (
 	ErrResourceExhausted = errors.New("sink: resource exhausted")
 	// ErrInternal: a server bug or an unexpected storage answer.
 	ErrInternal = errors.New("sink: internal error")
+	// ErrDeadlineExceeded: the server refused the operation because the
+	// call's deadline had passed, or was too short to be met, before the
+	// operation was attempted; nothing was applied.
+	ErrDeadlineExceeded = errors.New("sink: deadline exceeded before the operation was attempted")
 )
 
 // reasons maps Sink's reasons (OperationError.reason) to the sentinels.
@@ -63,13 +67,14 @@ var reasons = map[string]error{
 	"UNAUTHENTICATED":     ErrUnauthenticated,
 	"RESOURCE_EXHAUSTED":  ErrResourceExhausted,
 	"INTERNAL":            ErrInternal,
+	"DEADLINE_EXCEEDED":   ErrDeadlineExceeded,
 }
 
 // notAppliedReasons are the per-operation reasons whose semantics say the
 // operation did not take effect (the server's transient classes:
 // domain.Code.Transient): resending it cannot double it.
 func notAppliedReason(reason string) bool {
-	return reason == "UNAVAILABLE" || reason == "RESOURCE_EXHAUSTED" || reason == "ABORTED"
+	return reason == "UNAVAILABLE" || reason == "RESOURCE_EXHAUSTED" || reason == "ABORTED" || reason == "DEADLINE_EXCEEDED"
 }
 
 // OperationError is why one operation failed: the server's gRPC code,

@@ -51,6 +51,11 @@ const (
 	// log position but does not hold its ID; nothing was written, and
 	// applying it could reorder the record's mutations.
 	CodeSuperseded
+	// CodeDeadlineExceeded: the caller's deadline passed, or was too short
+	// to be met, before the operation was attempted: nothing was done (a
+	// deadline that ends while a write is at storage is CodeOutcomeUnknown
+	// instead). Sending it again with a longer deadline is safe.
+	CodeDeadlineExceeded
 )
 
 var codeNames = [...]string{
@@ -69,6 +74,7 @@ var codeNames = [...]string{
 	CodeAborted:            "ABORTED",
 	CodeAlreadyApplied:     "ALREADY_APPLIED",
 	CodeSuperseded:         "SUPERSEDED",
+	CodeDeadlineExceeded:   "DEADLINE_EXCEEDED",
 }
 
 func (c Code) String() string {
@@ -82,7 +88,7 @@ func (c Code) String() string {
 // backoff regardless of the operation (the operation certainly did not
 // take effect, or taking effect twice is harmless).
 func (c Code) Transient() bool {
-	return c == CodeUnavailable || c == CodeResourceExhausted || c == CodeAborted
+	return c == CodeUnavailable || c == CodeResourceExhausted || c == CodeAborted || c == CodeDeadlineExceeded
 }
 
 // Error is Sink's error type: a code, a message meant for the client, and

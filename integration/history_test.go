@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -20,8 +21,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/fx"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/domain"
@@ -65,7 +68,7 @@ type hInput struct {
 // in a few runs could not be placed).
 type hOutput struct {
 	unknown bool
-	status  string // APPLIED, FOUND, NOT_FOUND, REVISION_MISMATCH, ALREADY_EXISTS, ABORTED
+	status  string // APPLIED, FOUND, NOT_FOUND, REVISION_MISMATCH, ALREADY_EXISTS, ABORTED, DEADLINE_EXCEEDED
 	doc     string // read: the canonical document
 	rev     string
 }
@@ -199,7 +202,7 @@ var historyModel = porcupine.NondeterministicModel{
 		if in.idem != "" && s.exists {
 			if rev, ok := keyRev(s.keys, in.idem); ok {
 				switch {
-				case out.unknown:
+				case out.unknown, out.status == "DEADLINE_EXCEEDED": // (refused before any work: nothing done)
 					return []interface{}{s}
 				case out.status == "APPLIED" && (rev == "" || rev == out.rev):
 					s.keys = withKey(s.keys, in.idem, out.rev)
@@ -220,7 +223,7 @@ var historyModel = porcupine.NondeterministicModel{
 			if n, ok := s.applied(in, out.rev); ok {
 				return []interface{}{n}
 			}
-		case "ABORTED", "INVALID_ARGUMENT": // a merge that kept conflicting, a refused input: not applied
+		case "ABORTED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED": // a merge that kept conflicting, a refused input, a deadline that passed before it was attempted: not applied
 			return []interface{}{s}
 		case "NOT_FOUND": // a replace, cas or delete of an absent record
 			if !s.exists && in.kind != "create" {
@@ -258,6 +261,12 @@ type historyRun struct {
 	seed                  uint64
 	bson                  bool // puts send BSON documents (a BSON-only store)
 	restarts              int  // restarts of server 1 during the run
+	// timeout is the deadline of a call (default 5 s; a few writes get
+	// far shorter ones); pauses database pauses of pauseFor each happen
+	// during the run (servers.pauseDB), from client 1.
+	timeout  time.Duration
+	pauses   int
+	pauseFor time.Duration
 }
 
 func historyOps(def int) int {
@@ -272,6 +281,7 @@ func (h historyRun) run(t *testing.T, ns string, servers *historyServers) []porc
 	t.Helper()
 	t0 := time.Now()
 	now := func() int64 { return int64(time.Since(t0)) }
+	servers.now, servers.deadline = now, cmp.Or(h.timeout, 5*time.Second)
 	var mu sync.Mutex
 	var history []porcupine.Operation
 	var wg sync.WaitGroup
@@ -306,15 +316,20 @@ func (h historyRun) run(t *testing.T, ns string, servers *historyServers) []porc
 				if (in.kind == "upsert" || in.kind == "merge") && rng.IntN(8) == 0 {
 					in.idem, tries = fmt.Sprintf("k-%d-%d", c, i), 2 // sent twice: a client's retry
 				}
-				for range tries {
-					timeout := 5 * time.Second
+				for try := range tries {
+					timeout := cmp.Or(h.timeout, 5*time.Second)
 					if in.kind != "read" && rng.IntN(20) == 0 {
 						// Often over before the server answers: an
-						// unknown outcome, which may take effect later.
-						timeout = time.Duration(rng.IntN(1500)) * time.Microsecond
+						// unknown outcome, which may take effect later;
+						// below the server's floor (SINK_MIN_DEADLINE,
+						// 1 ms), refused with nothing done.
+						timeout = time.Duration(rng.IntN(3000)) * time.Microsecond
 					}
-					if c == 0 && h.restarts > 0 && i > 0 && i%(h.ops/(h.restarts+1)) == 0 && tries == 1 {
+					if c == 0 && h.restarts > 0 && i > 0 && i%(h.ops/(h.restarts+1)) == 0 && try == 0 {
 						servers.restart(1) // client 0 restarts server 1 while the others use it
+					}
+					if c == 1 && h.pauses > 0 && i > 0 && i%(h.ops/(h.pauses+1)) == 0 && try == 0 {
+						servers.pause(h.pauseFor) // client 1 pauses the database while the others wait on it
 					}
 					call := now()
 					out := historyCall(servers.client(c), ns, in, timeout, h.bson)
@@ -377,6 +392,9 @@ func historyCall(cl sinkv1.SinkClient, ns string, in hInput, timeout time.Durati
 		return out
 	case "delete":
 		resp, err := cl.Delete(ctx, &sinkv1.DeleteRequest{Operations: []*sinkv1.DeleteOperation{{Address: a}}})
+		if refusedInTime(err) {
+			return hOutput{status: "DEADLINE_EXCEEDED"}
+		}
 		if err != nil || len(resp.GetResults()) != 1 {
 			return hOutput{unknown: true}
 		}
@@ -407,6 +425,9 @@ func historyCall(cl sinkv1.SinkClient, ns string, in hInput, timeout time.Durati
 			op = &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Put{Put: put}}
 		}
 		resp, err := cl.Write(ctx, &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{op}})
+		if refusedInTime(err) {
+			return hOutput{status: "DEADLINE_EXCEEDED"}
+		}
 		if err != nil || len(resp.GetResults()) != 1 {
 			return hOutput{unknown: true}
 		}
@@ -414,7 +435,7 @@ func historyCall(cl sinkv1.SinkClient, ns string, in hInput, timeout time.Durati
 	}
 	if e := res.GetError(); e != nil {
 		switch e.GetReason() {
-		case "NOT_FOUND", "ALREADY_EXISTS", "REVISION_MISMATCH", "ABORTED", "INVALID_ARGUMENT":
+		case "NOT_FOUND", "ALREADY_EXISTS", "REVISION_MISMATCH", "ABORTED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED":
 			return hOutput{status: e.GetReason()}
 		}
 		return hOutput{unknown: true} // OUTCOME_UNKNOWN, UNAVAILABLE, a deadline, ...
@@ -426,9 +447,25 @@ func historyCall(cl sinkv1.SinkClient, ns string, in hInput, timeout time.Durati
 	return out
 }
 
+// refusedInTime reports whether err is the server's refusal of a request
+// whose deadline could not be met (nothing done), not the client's own
+// deadline (an unknown outcome).
+func refusedInTime(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.DeadlineExceeded && strings.Contains(st.Message(), "; nothing was done")
+}
+
 // checkHistory checks the history; it returns porcupine's verdict and a
 // description of the operations (for a failure).
 func checkHistory(t *testing.T, history []porcupine.Operation) porcupine.CheckResult {
+	t.Helper()
+	return checkHistoryExplained(t, history, true)
+}
+
+// checkHistoryExplained is checkHistory; explain: log where an illegal
+// history fails (the checker's self-tests, which expect it to, do not
+// need that search, up to 30 s).
+func checkHistoryExplained(t *testing.T, history []porcupine.Operation, explain bool) porcupine.CheckResult {
 	t.Helper()
 	limit := time.Minute
 	if d, err := time.ParseDuration(os.Getenv("SINK_HISTORY_CHECK_TIMEOUT")); err == nil && d > 0 {
@@ -442,7 +479,7 @@ func checkHistory(t *testing.T, history []porcupine.Operation) porcupine.CheckRe
 		}
 	}
 	t.Logf("%d operations (%d with an unknown outcome): %s", len(history), unknown, res)
-	if res == porcupine.Illegal {
+	if res == porcupine.Illegal && explain {
 		logIllegalRecord(t, history)
 	}
 	return res
@@ -538,9 +575,18 @@ type historyServers struct {
 	// (another fault, such as killed database connections).
 	kills        bool
 	afterRestart func()
-	mu           sync.Mutex
-	srv          [2]historyServer
-	restarts     int
+	// pauseDB and resumeDB freeze and continue the database (nil: the
+	// store has none to pause); pauses counts the pauses made.
+	pauseDB, resumeDB func() error
+	pauses            int
+	// now is the run's clock and deadline its calls' deadline (set by
+	// historyRun.run); paused holds the pauses' spans on it.
+	now      func() int64
+	deadline time.Duration
+	paused   [][2]int64
+	mu       sync.Mutex
+	srv      [2]historyServer
+	restarts int
 }
 
 // newHistoryServers starts two servers in the test process over st, or
@@ -592,18 +638,62 @@ func (h *historyServers) restart(i int) {
 	}
 }
 
+// pause freezes the database for d while the clients use it, then
+// continues it. Calls that reach it meanwhile wait past their deadlines
+// and the servers' storage timeouts: their outcome is unknown, and writes
+// left in its sockets may still take effect after the pause.
+func (h *historyServers) pause(d time.Duration) {
+	if err := h.pauseDB(); err != nil {
+		h.t.Errorf("pausing the database: %v", err)
+		return
+	}
+	from := h.now()
+	time.Sleep(d) // the fault's length: the database stays frozen this long
+	if err := h.resumeDB(); err != nil {
+		h.t.Errorf("continuing the database: %v", err)
+		return
+	}
+	to := h.now()
+	h.mu.Lock()
+	h.pauses++
+	h.paused = append(h.paused, [2]int64{from, to})
+	h.mu.Unlock()
+}
+
+// cutByPauses counts the operations of history cut off by a pause: called
+// during one, or at most a call's deadline before it, with an unknown
+// outcome.
+func (h *historyServers) cutByPauses(history []porcupine.Operation) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cut := 0
+	for _, op := range history {
+		for _, p := range h.paused {
+			if op.Output.(hOutput).unknown && op.Call >= p[0]-int64(h.deadline) && op.Call < p[1] {
+				cut++
+				break
+			}
+		}
+	}
+	return cut
+}
+
 // Server processes of the sink binary over PostgreSQL, with faults that
 // only processes and a real database have: a server SIGKILLed and one
-// stopped with SIGTERM under load, and every database connection of the
-// servers terminated (pg_terminate_backend) at each restart.
+// stopped with SIGTERM under load, every database connection of the
+// servers terminated (pg_terminate_backend) at each restart, and the
+// database (postmaster and backends) paused for 2 s, past the calls'
+// deadlines (1 s) and the statement timeout (300 ms), several times.
 func TestHistoryLinearizableServerProcesses(t *testing.T) {
 	asyncSkipShort(t)
-	db := pgtest.Shared(t).NewDatabase(t)
+	pg := pgtest.Private(t) // paused below
+	t.Cleanup(func() { _ = pg.Resume() })
+	db := pg.NewDatabase(t)
 	bin := buildBinary(t, "./cmd/sink", "sink")
 	h := startHistoryServers(t, func() historyServer {
 		port := kafkatest.FreePort(t)
 		p := asyncStartProcess(t, bin, []string{"SINK_MODE=server", "SINK_GRPC_ADDRESS=127.0.0.1:" + strconv.Itoa(port),
-			"SINK_HTTP_ADDRESS=off", "SINK_POSTGRES_URL=" + db, "SINK_IDEMPOTENCY_RING=1024", "SINK_LOG_LEVEL=warn"})
+			"SINK_HTTP_ADDRESS=off", "SINK_POSTGRES_URL=" + db, "SINK_POSTGRES_STATEMENT_TIMEOUT=300ms", "SINK_IDEMPOTENCY_RING=1024", "SINK_LOG_LEVEL=warn"})
 		conn, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(port), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -624,6 +714,7 @@ func TestHistoryLinearizableServerProcesses(t *testing.T) {
 		}}
 	})
 	h.kills = true
+	h.pauseDB, h.resumeDB = pg.Pause, pg.Resume
 	terminated := 0
 	h.afterRestart = func() {
 		out := pgtest.PSQL(t, db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
@@ -633,11 +724,14 @@ func TestHistoryLinearizableServerProcesses(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	ops := historyOps(150)
-	run := historyRun{clients: 6, ops: ops, records: max(4, 6*ops/1000), seed: seed, restarts: 3}
+	run := historyRun{clients: 6, ops: ops, records: max(4, 6*ops/1000), seed: seed, restarts: 3,
+		timeout: time.Second, pauses: max(3, ops/500), pauseFor: 2 * time.Second}
 	history := run.run(t, "hist", h)
-	t.Logf("servers restarted %d times under load (SIGTERM and SIGKILL in turn); %d database connections terminated", h.restarts, terminated)
-	if h.restarts < 3 || terminated == 0 {
-		t.Fatalf("the faults did not happen: %d restarts, %d connections terminated", h.restarts, terminated)
+	cut := h.cutByPauses(history)
+	t.Logf("servers restarted %d times under load (SIGTERM and SIGKILL in turn); %d database connections terminated; database paused %d times for %s, %d writes cut off by a pause (unknown outcome)",
+		h.restarts, terminated, h.pauses, run.pauseFor, cut)
+	if h.restarts < 3 || terminated == 0 || h.pauses < run.pauses || cut == 0 {
+		t.Fatalf("the faults did not happen: %d restarts, %d connections terminated, %d pauses (want %d), %d writes cut off by them", h.restarts, terminated, h.pauses, run.pauses, cut)
 	}
 	if res := checkHistory(t, history); res != porcupine.Ok {
 		t.Fatalf("the history is %s: not linearizable", res)
@@ -688,6 +782,59 @@ func TestHistoryLinearizable(t *testing.T) {
 			t.Logf("server 1 restarted %d times under load", servers.restarts)
 			if res := checkHistory(t, history); res != porcupine.Ok {
 				t.Fatalf("the history on %s is %s: not linearizable", s.name, res)
+			}
+		})
+	}
+}
+
+// The database paused under load: the history runs of
+// TestHistoryLinearizable on PostgreSQL (SIGSTOP of the postmaster and
+// every backend) and on the MongoDB-wire test server (its process
+// stopped), each on a server of its own, paused for longer than the
+// calls' deadlines (1 s) and the servers' storage timeouts (statement
+// timeout, driver timeout: 300 ms) several times while the clients keep
+// calling. Writes cut off by the pause have an unknown outcome and may
+// take effect when the database continues; the history must stay
+// linearizable.
+func TestHistoryLinearizableDatabasePaused(t *testing.T) {
+	asyncSkipShort(t)
+	stores := []struct {
+		name string
+		env  func(t *testing.T) (env map[string]string, ns string, pause, resume func() error)
+		bson bool
+	}{
+		{"postgresql", func(t *testing.T) (map[string]string, string, func() error, func() error) {
+			srv := pgtest.Private(t)
+			t.Cleanup(func() { _ = srv.Resume() }) // before the server's Close
+			return map[string]string{"SINK_POSTGRES_URL": srv.NewDatabase(t), "SINK_POSTGRES_STATEMENT_TIMEOUT": "300ms"},
+				"hist", srv.Pause, srv.Resume
+		}, false},
+		{"mongodb-wire", func(t *testing.T) (map[string]string, string, func() error, func() error) {
+			srv := mongotest.Private(t)
+			t.Cleanup(func() { _ = srv.Resume() })
+			env := srv.SinkEnv()
+			env["SINK_MONGODB_URI"] += "?timeoutMS=300"
+			return env, mongotest.DatabaseName(t), srv.Pause, srv.Resume
+		}, true},
+	}
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) {
+			env, ns, pause, resume := s.env(t)
+			servers := newHistoryServers(t, env, nil)
+			servers.pauseDB, servers.resumeDB = pause, resume
+			seed := uint64(time.Now().UnixNano())
+			t.Logf("seed %d", seed)
+			ops := historyOps(150)
+			run := historyRun{clients: 6, ops: ops, records: max(4, 6*ops/1000), seed: seed, bson: s.bson,
+				timeout: time.Second, pauses: max(2, ops/500), pauseFor: 2 * time.Second}
+			history := run.run(t, ns, servers)
+			cut := servers.cutByPauses(history)
+			t.Logf("database paused %d times for %s under load; %d writes cut off by a pause (unknown outcome)", servers.pauses, run.pauseFor, cut)
+			if servers.pauses < run.pauses || cut == 0 {
+				t.Fatalf("the fault did not happen: %d pauses (want %d), %d writes cut off by them", servers.pauses, run.pauses, cut)
+			}
+			if res := checkHistory(t, history); res != porcupine.Ok {
+				t.Fatalf("the history on %s with the database paused is %s: not linearizable", s.name, res)
 			}
 		})
 	}
@@ -761,9 +908,122 @@ func (s *lostMerges) Write(ctx context.Context, ops []ports.WriteOp) []ports.Wri
 	return out
 }
 
+// pausable is a store that can be paused like a database process: calls
+// wait while it is paused, at most its driver's timeout (pausableTimeout,
+// well within the callers' deadlines); a write that times out is still
+// applied when the store continues (it was in the database's socket), and
+// answered OUTCOME_UNKNOWN — or, with lie, DEADLINE_EXCEEDED ("nothing
+// was done"): a store that reports as not applied a write it applies.
+type pausable struct {
+	ports.Storage
+	lie  bool
+	mu   sync.Mutex
+	gate chan struct{} // closed when the pause ends; nil: running
+}
+
+func (p *pausable) pause() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gate = make(chan struct{})
+	return nil
+}
+
+func (p *pausable) resume() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.gate)
+	p.gate = nil
+	return nil
+}
+
+const pausableTimeout = 20 * time.Millisecond
+
+// held waits while the store is paused; it returns the pause's gate when
+// the call timed out first.
+func (p *pausable) held(ctx context.Context) chan struct{} {
+	p.mu.Lock()
+	g := p.gate
+	p.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	timeout := time.NewTimer(pausableTimeout)
+	defer timeout.Stop()
+	select {
+	case <-g:
+		return nil
+	case <-ctx.Done():
+	case <-timeout.C:
+	}
+	return g
+}
+
+func (p *pausable) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
+	if p.held(ctx) != nil {
+		out := make([]ports.ReadResult, len(addrs))
+		for i := range out {
+			out[i].Err = domain.Errorf(domain.CodeUnavailable, "paused")
+		}
+		return out
+	}
+	return p.Storage.Read(ctx, addrs)
+}
+
+func (p *pausable) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
+	g := p.held(ctx)
+	if g == nil {
+		return p.Storage.Write(ctx, ops)
+	}
+	ops = slices.Clone(ops)
+	go func() { // applied when the store continues
+		<-g
+		p.Storage.Write(context.Background(), ops)
+	}()
+	code := domain.CodeOutcomeUnknown
+	if p.lie {
+		code = domain.CodeDeadlineExceeded
+	}
+	out := make([]ports.WriteResult, len(ops))
+	for i := range out {
+		out[i].Err = domain.Errorf(code, "the caller gave up while the store was paused")
+	}
+	return out
+}
+
+// pausedRun is the workload of the paused-store runs.
+var pausedRun = historyRun{clients: 4, ops: 200, records: 4, seed: 42, timeout: 100 * time.Millisecond, pauses: 6, pauseFor: 100 * time.Millisecond}
+
 // The checker can fail: the same workload on a store that serves stale
-// reads, and on one that loses merges, is found not linearizable.
+// reads, on one that loses merges, and (with the store paused under load)
+// on one that reports writes cut off by a pause as not done but applies
+// them when it continues, is found not linearizable; on the same paused
+// store without that lie it is linearizable.
 func TestHistoryCheckerCatchesBrokenStores(t *testing.T) {
+	for _, honest := range []bool{true, false} {
+		name := "paused store, honest"
+		if !honest {
+			name = "paused store, writes reported not done applied later"
+		}
+		t.Run(name, func(t *testing.T) {
+			st := &pausable{Storage: memory.New(), lie: !honest}
+			// Without natural batching every write cut off by a pause is
+			// at the store (with it, most wait in the server's queue and
+			// leave it at their deadline, never written).
+			servers := newHistoryServers(t, map[string]string{"SINK_BATCH_SINGLE_OPS": "false"}, st)
+			servers.pauseDB, servers.resumeDB = st.pause, st.resume
+			history := pausedRun.run(t, "hist", servers)
+			res := checkHistoryExplained(t, history, honest)
+			t.Logf("%d pauses, %d writes cut off", servers.pauses, servers.cutByPauses(history))
+			switch {
+			case servers.pauses < pausedRun.pauses:
+				t.Fatalf("%d pauses, want %d", servers.pauses, pausedRun.pauses)
+			case honest && res != porcupine.Ok:
+				t.Fatalf("the checker answered %s for a paused store that keeps its word; want Ok", res)
+			case !honest && res != porcupine.Illegal:
+				t.Fatalf("the checker answered %s for a store that applies writes it reported not done; want Illegal", res)
+			}
+		})
+	}
 	for _, b := range []struct {
 		name  string
 		store func() ports.Storage
@@ -776,7 +1036,7 @@ func TestHistoryCheckerCatchesBrokenStores(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			servers := newHistoryServers(t, nil, b.store())
 			run := historyRun{clients: 4, ops: 150, records: 3, seed: 42}
-			if res := checkHistory(t, run.run(t, "hist", servers)); res != porcupine.Illegal {
+			if res := checkHistoryExplained(t, run.run(t, "hist", servers), false); res != porcupine.Illegal {
 				t.Fatalf("the checker answered %s for a store with %s; want Illegal", res, b.name)
 			}
 		})

@@ -21,8 +21,9 @@ import (
 // PostgreSQL ("pg") and the MongoDB-wire server ("mongo"). A request that
 // spans them gets one result per operation, each store's records land in
 // its database (read back through the raw clients), an unknown store is a
-// per-operation error naming the stores served, and queued mutations to
-// both databases are applied by the worker to the right one.
+// per-operation error naming the stores served, Scan and Count of each
+// store see its records only, and queued mutations to both databases are
+// applied by the worker to the right one.
 func TestOneProcessServesSeveralStores(t *testing.T) {
 	asyncSkipShort(t)
 	pg := pgtest.Shared(t)
@@ -118,6 +119,23 @@ func TestOneProcessServesSeveralStores(t *testing.T) {
 			t.Errorf("store %s: %s, want %s", c.store, got, c.want)
 		}
 	}
+	// Scan and Count go to the dataset's store: each lists and counts its
+	// own records only.
+	for _, c := range []struct{ store, keys string }{{"primary", "k"}, {"pg", "k,other"}, {"mongo", "k"}} {
+		ds := &sinkv1.DatasetRef{Store: c.store, Namespace: ns, Dataset: "multi"}
+		pages, err := scanPages(t, s.Client, &sinkv1.ScanRequest{Dataset: ds, PageSize: 1})
+		if err != nil {
+			t.Fatalf("scan of store %s: %v", c.store, err)
+		}
+		if got := strings.Join(keysOf(pages), ","); got != c.keys {
+			t.Errorf("scan of store %s: keys %s, want %s", c.store, got, c.keys)
+		}
+		n, err := s.Client.Count(ctx, &sinkv1.CountRequest{Dataset: ds, Where: "doc.v >= 1"})
+		if want := uint64(strings.Count(c.keys, ",") + 1); err != nil || n.GetCount() != want || !n.GetExact() {
+			t.Errorf("count of store %s: %v, %v; want exactly %d", c.store, n, err, want)
+		}
+	}
+
 	// The rows are where they belong: PostgreSQL holds its two records
 	// (and nothing of the others), whatever its table is called.
 	if out := pgtest.PSQL(t, pgDB, "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname NOT IN ('pg_catalog','information_schema')"); strings.TrimSpace(out) != "1" {

@@ -79,3 +79,29 @@ type Scanner interface {
 	Scan(ctx context.Context, q ScanQuery) (ScanResult, error)
 	Count(ctx context.Context, q CountQuery) (CountResult, error)
 }
+
+// ScanStreamer is an optional capability of a Scanner: one query of the
+// storage (a database cursor) serves the consecutive reads of one scan, so
+// a Scan RPC that streams many pages reads its range once instead of
+// starting a query per page (which on a server without a usable key index
+// reads the whole range again for every page). The application uses it
+// within one call only: a cursor that a client keeps between calls is
+// still just a key.
+//
+// Contract, besides the Scanner's for each record: OpenScan starts a scan
+// of q (q.Limit is the size of the first read, a hint for the storage's
+// batch size, not a limit of the stream). Next returns up to n of the
+// following records in key order, none twice; a record present and
+// unchanged from OpenScan to the last Next is returned exactly once. ctx
+// bounds that call only. After an error the stream is spent; the caller
+// closes it and may open another after its last key. Close releases the
+// stream and may be called at any time, more than once.
+type ScanStreamer interface {
+	OpenScan(ctx context.Context, q ScanQuery) (ScanStream, error)
+}
+
+// ScanStream is an open scan of a ScanStreamer.
+type ScanStream interface {
+	Next(ctx context.Context, n int) (ScanResult, error)
+	Close()
+}

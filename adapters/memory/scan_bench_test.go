@@ -2,12 +2,12 @@ package memory_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/testkit/scanbench"
 	"github.com/sink-io/sink/ports"
 )
 
@@ -21,14 +21,10 @@ func BenchmarkScan(b *testing.B) {
 	const n = 100_000
 	st := memory.New()
 	cfg := application.DefaultConfig()
-	blob := make([]byte, 960)
-	for i := range blob {
-		blob[i] = 'x'
-	}
 	var ops []ports.WriteOp
 	for i := range n {
 		ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: domain.Address{Store: cfg.Store, Namespace: "n", Dataset: "d", Key: domain.Int64Key(int64(i))},
-			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: fmt.Appendf(nil, `{"n":%d,"blob":%q}`, i, blob)}})
+			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: scanbench.JSONDoc(i)}})
 	}
 	for _, r := range st.Write(context.Background(), ops) {
 		if r.Err != nil {
@@ -49,24 +45,11 @@ func BenchmarkScan(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				got := 0
-				req := application.ScanRequest{Spec: domain.ScanSpec{Dataset: domain.DatasetRef{Namespace: "n", Dataset: "d"}, Filter: c.filter}, PageSize: domain.MaxScanPageSize}
-				for {
-					p, err := svc.Scan(context.Background(), &req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					got += len(p.Records)
-					if len(p.Cursor) == 0 {
-						break
-					}
-					req.Cursor = p.Cursor
-				}
-				if got != c.want {
+				if got := scanbench.Scan(context.Background(), b, svc, domain.ScanSpec{Dataset: domain.DatasetRef{Namespace: "n", Dataset: "d"}, Filter: c.filter}); got != c.want {
 					b.Fatalf("%d records, want %d", got, c.want)
 				}
 			}
-			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "scanned-records/s")
+			scanbench.ReportRate(b, n, "scanned-records/s")
 		})
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
@@ -197,6 +199,39 @@ func (s *Store) scanTarget(d domain.DatasetRef) (target, error) {
 	return t, nil
 }
 
+// scanItem returns the record of a stored document a scan found, and its
+// _id (zero when it has none). ok is false for a document whose _id no
+// key addresses (scans leave it out).
+func (s *Store) scanItem(raw bson.Raw, d domain.DatasetRef) (it ports.ScanItem, id bsoncore.Value, ok bool, err error) {
+	id, err = bsoncore.Document(raw).LookupErr(idKey)
+	if err != nil {
+		return ports.ScanItem{}, bsoncore.Value{}, false, nil
+	}
+	k, ok := keyOf(id)
+	if !ok {
+		return ports.ScanItem{}, id, false, nil
+	}
+	rec, err := s.enc.clientRecord(raw)
+	if err != nil {
+		return ports.ScanItem{}, id, false, domain.Errorf(domain.CodeInternal, "cannot read record %s of %s: %v", k, d, err)
+	}
+	return ports.ScanItem{Key: k, Record: rec}, id, true, nil
+}
+
+// scanShape returns what a scan's finds share: the part of q's filter
+// MongoDB evaluates (pushdown; nil: none) and the sort on _id in q's
+// direction.
+func (s *Store) scanShape(q ports.ScanQuery) (extra bsoncore.Document, sort bson.D) {
+	if q.Filter != nil {
+		extra, _ = pushdown(q.Filter, s.enc.hidden)
+	}
+	dir := int32(1)
+	if q.Descending {
+		dir = -1
+	}
+	return extra, bson.D{{Key: idKey, Value: dir}}
+}
+
 // Scan implements ports.Scanner: one find per key kind (in key order)
 // with the kind's _id range, sorted on _id, so MongoDB walks its _id
 // index; the parts of the filter MongoDB evaluates exactly like Sink are
@@ -213,14 +248,7 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 	if err != nil {
 		return ports.ScanResult{}, err
 	}
-	var extra bsoncore.Document
-	if q.Filter != nil {
-		extra, _ = pushdown(q.Filter, s.enc.hidden)
-	}
-	dir := int32(1)
-	if q.Descending {
-		dir = -1
-	}
+	extra, sort := s.scanShape(q)
 	coll := s.collection(t)
 	var items []ports.ScanItem
 	var resume *bsoncore.Value
@@ -234,7 +262,7 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 			return ports.ScanResult{Items: items, Done: true}, nil
 		}
 		want := q.Limit - len(items)
-		opts := options.Find().SetSort(bson.D{{Key: idKey, Value: dir}}).SetLimit(int64(want))
+		opts := options.Find().SetSort(sort).SetLimit(int64(want))
 		cur, err := coll.Find(ctx, and(rf, extra), opts)
 		if err != nil {
 			return ports.ScanResult{}, classifyRead(fmt.Errorf("cannot scan %s: %w", t, err))
@@ -243,22 +271,17 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 		var lastID bsoncore.Value
 		for cur.Next(ctx) {
 			n++
-			raw := cur.Current
-			idv, err := bsoncore.Document(raw).LookupErr(idKey)
-			if err != nil {
-				continue
-			}
-			lastID = bsoncore.Value{Type: idv.Type, Data: append([]byte(nil), idv.Data...)}
-			k, ok := keyOf(idv)
-			if !ok {
-				continue
-			}
-			rec, err := s.enc.clientRecord(raw)
+			it, id, ok, err := s.scanItem(cur.Current, q.Dataset)
 			if err != nil {
 				_ = cur.Close(context.WithoutCancel(ctx))
-				return ports.ScanResult{}, domain.Errorf(domain.CodeInternal, "cannot read record %s of %s: %v", k, q.Dataset, err)
+				return ports.ScanResult{}, err
 			}
-			items = append(items, ports.ScanItem{Key: k, Record: rec})
+			if id.Type != 0 {
+				lastID = bsoncore.Value{Type: id.Type, Data: append([]byte(nil), id.Data...)}
+			}
+			if ok {
+				items = append(items, it)
+			}
 		}
 		err = cur.Err()
 		_ = cur.Close(context.WithoutCancel(ctx))
@@ -273,6 +296,100 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 		}
 		resume = &lastID
 	}
+}
+
+var _ ports.ScanStreamer = (*Store)(nil)
+
+// Streamed scans read in batches of this many records at most (and at
+// least the first read's size, up to it), so a cursor's batch in the
+// driver stays a few MiB for documents of a few KiB.
+const (
+	minStreamBatch = 256
+	maxStreamBatch = 1000
+)
+
+// OpenScan implements ports.ScanStreamer: one find over the whole range,
+// sorted on _id and without a limit, whose server-side cursor serves
+// every Next; MongoDB walks its _id index once for the whole scan, and a
+// server without a usable index (FerretDB v1's SQLite backend) reads and
+// sorts the range once instead of once per page.
+func (s *Store) OpenScan(ctx context.Context, q ports.ScanQuery) (ports.ScanStream, error) {
+	t, err := s.scanTarget(q.Dataset)
+	if err != nil {
+		return nil, err
+	}
+	rf, ok := rangeFilter(q.Range, q.After, q.Descending, nil)
+	if !ok {
+		return &scanStream{done: true}, nil
+	}
+	extra, sort := s.scanShape(q)
+	batch := int32(min(max(q.Limit, minStreamBatch), maxStreamBatch))
+	opts := options.Find().SetSort(sort).SetBatchSize(batch)
+	cur, err := s.collection(t).Find(ctx, and(rf, extra), opts)
+	if err != nil {
+		return nil, classifyRead(fmt.Errorf("cannot scan %s: %w", t, err))
+	}
+	return &scanStream{s: s, cur: cur, t: t, d: q.Dataset}, nil
+}
+
+// scanStream is an open streamed scan: a driver cursor.
+type scanStream struct {
+	s    *Store
+	cur  *mongo.Cursor
+	t    target
+	d    domain.DatasetRef
+	done bool
+}
+
+// Next implements ports.ScanStream.
+func (st *scanStream) Next(ctx context.Context, n int) (ports.ScanResult, error) {
+	if st.done {
+		return ports.ScanResult{Done: true}, nil
+	}
+	if st.cur == nil {
+		return ports.ScanResult{}, domain.Errorf(domain.CodeInternal, "the scan of %s was closed", st.d)
+	}
+	if n < 1 {
+		return ports.ScanResult{}, invalidArg("scan limit must be at least 1")
+	}
+	if err := ctx.Err(); err != nil {
+		return ports.ScanResult{}, err // the driver would serve its batch regardless
+	}
+	ctx, span := st.s.startSpan(ctx, "scan", n)
+	if span != nil {
+		defer span.End()
+	}
+	var items []ports.ScanItem
+	for len(items) < n {
+		if !st.cur.Next(ctx) {
+			if err := st.cur.Err(); err != nil {
+				return ports.ScanResult{}, classifyRead(fmt.Errorf("cannot scan %s: %w", st.t, err))
+			}
+			st.Close()
+			st.done = true
+			return ports.ScanResult{Items: items, Done: true}, nil
+		}
+		it, _, ok, err := st.s.scanItem(st.cur.Current, st.d)
+		if err != nil {
+			return ports.ScanResult{}, err
+		}
+		if ok {
+			items = append(items, it)
+		}
+	}
+	return ports.ScanResult{Items: items}, nil
+}
+
+// Close implements ports.ScanStream: the server-side cursor is killed
+// (bounded by a short time of its own, so a cancelled scan still frees it).
+func (st *scanStream) Close() {
+	if st.cur == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = st.cur.Close(ctx)
+	st.cur = nil
 }
 
 // Count implements ports.Scanner: a count per key kind of the range, or,

@@ -2,8 +2,6 @@ package mongodb_test
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,10 +13,13 @@ import (
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/internal/testkit/mongotest"
+	"github.com/sink-io/sink/internal/testkit/scanbench"
 )
 
 // BenchmarkScan compares a whole scan of a dataset through Sink (the
-// application's Scan use case over the adapter, pages of 1,000) with the
+// application's scan over the adapter, pages of 1,000: all pages in one
+// call as the Scan RPC streams them, and one call per page as a client
+// resuming from each page's cursor does) with the
 // raw driver reading the same records in the same order (_id ascending),
 // and a count with and without a filter. SINK_BENCH_SCAN_RECORDS sets the
 // number of 1 KB records (default 100,000):
@@ -29,24 +30,19 @@ func BenchmarkScan(b *testing.B) {
 	spec := domain.ScanSpec{Dataset: env.dataset}
 	b.Run("sink", func(b *testing.B) {
 		for b.Loop() {
-			n := 0
-			req := application.ScanRequest{Spec: spec, PageSize: domain.MaxScanPageSize}
-			for {
-				p, err := env.svc.Scan(env.ctx, &req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				n += len(p.Records)
-				if len(p.Cursor) == 0 {
-					break
-				}
-				req.Cursor = p.Cursor
-			}
-			if n != env.n {
+			if n := scanbench.Scan(env.ctx, b, env.svc, spec); n != env.n {
 				b.Fatalf("scanned %d records, want %d", n, env.n)
 			}
 		}
-		b.ReportMetric(float64(env.n*b.N)/b.Elapsed().Seconds(), "records/s")
+		scanbench.ReportRate(b, env.n, "records/s")
+	})
+	b.Run("sink-call-per-page", func(b *testing.B) {
+		for b.Loop() {
+			if n := scanbench.ScanCallPerPage(env.ctx, b, env.svc, spec); n != env.n {
+				b.Fatalf("scanned %d records, want %d", n, env.n)
+			}
+		}
+		scanbench.ReportRate(b, env.n, "records/s")
 	})
 	b.Run("raw", func(b *testing.B) {
 		for b.Loop() {
@@ -63,7 +59,7 @@ func BenchmarkScan(b *testing.B) {
 			}
 			_ = cur.Close(env.ctx)
 		}
-		b.ReportMetric(float64(env.n*b.N)/b.Elapsed().Seconds(), "records/s")
+		scanbench.ReportRate(b, env.n, "records/s")
 	})
 }
 
@@ -74,13 +70,7 @@ func BenchmarkCount(b *testing.B) {
 		name string
 		run  func() int64
 	}{
-		{"sink", func() int64 {
-			r, err := env.svc.Count(env.ctx, &application.CountRequest{Spec: domain.ScanSpec{Dataset: env.dataset}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return r.Count
-		}},
+		{"sink", func() int64 { return scanbench.Count(env.ctx, b, env.svc, domain.ScanSpec{Dataset: env.dataset}) }},
 		{"raw", func() int64 {
 			n, err := env.coll.CountDocuments(env.ctx, bson.D{})
 			if err != nil {
@@ -88,13 +78,7 @@ func BenchmarkCount(b *testing.B) {
 			}
 			return n
 		}},
-		{"sink-filter", func() int64 {
-			r, err := env.svc.Count(env.ctx, &application.CountRequest{Spec: filtered})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return r.Count
-		}},
+		{"sink-filter", func() int64 { return scanbench.Count(env.ctx, b, env.svc, filtered) }},
 		{"raw-filter", func() int64 {
 			n, err := env.coll.CountDocuments(env.ctx, bson.D{{Key: "n", Value: bson.D{{Key: "$lt", Value: 100}}}})
 			if err != nil {
@@ -123,13 +107,7 @@ type scanBench struct {
 
 func newScanBench(b *testing.B) *scanBench {
 	b.Helper()
-	n := 100_000
-	if v := os.Getenv("SINK_BENCH_SCAN_RECORDS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := scanbench.Records(b)
 	srv := mongotest.Shared(b)
 	c := client(b, srv.URI())
 	db := freshDatabase(b, c)

@@ -29,7 +29,6 @@
 package postgres
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -41,7 +40,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -330,34 +328,46 @@ func keyArray(t target, args []any) any {
 	}
 }
 
+// selectColumns returns the columns eachRow reads from table t: key,
+// content type, document, revision (Sink's tables) or meta (bound tables),
+// and the mark (NULL unless withMark).
+func selectColumns(t target, withMark bool) string {
+	b := t.legacy
+	if b == nil {
+		if withMark {
+			return "k, content_type, doc, rev, mark"
+		}
+		return "k, content_type, doc, rev, NULL::bytea"
+	}
+	kc, dc, mc := pgx.Identifier{b.KeyColumn}.Sanitize(), pgx.Identifier{b.DocumentColumn}.Sanitize(), pgx.Identifier{b.MetaColumn}.Sanitize()
+	key := kc
+	if b.KeyType == KeyTypeUUID {
+		key = kc + "::text"
+	}
+	doc := dc + "::text"
+	if b.DocumentType == DocTypeBytea {
+		doc = dc
+	}
+	return key + ", NULL::text, " + doc + ", " + mc + ", NULL::bytea"
+}
+
 // selectSQL returns the statement reading the rows of keys $1 of table t
-// (columns: key, content type, document, revision/meta, mark), locking
-// them when forUpdate.
+// (columns: selectColumns), locking them when forUpdate.
 func selectSQL(t target, forUpdate bool) string {
-	var q string
+	q := "SELECT " + selectColumns(t, true) + " FROM " + t.ident()
 	if b := t.legacy; b == nil {
-		q = "SELECT k, content_type, doc, rev, mark FROM " + t.ident() + " WHERE k = ANY($1)"
+		q += " WHERE k = ANY($1)"
+		if forUpdate {
+			q += " ORDER BY k" // key order: concurrent calls lock rows in the same order
+		}
 	} else {
-		kc, dc, mc := pgx.Identifier{b.KeyColumn}.Sanitize(), pgx.Identifier{b.DocumentColumn}.Sanitize(), pgx.Identifier{b.MetaColumn}.Sanitize()
-		key := kc
-		if b.KeyType == KeyTypeUUID {
-			key = kc + "::text"
-		}
-		doc := dc + "::text"
-		if b.DocumentType == DocTypeBytea {
-			doc = dc
-		}
-		cast := "::" + b.KeyType + "[]"
-		q = "SELECT " + key + ", NULL::text, " + doc + ", " + mc + ", NULL::bytea FROM " + t.ident() + " WHERE " + kc + " = ANY($1" + cast + ")"
+		kc := pgx.Identifier{b.KeyColumn}.Sanitize()
+		q += " WHERE " + kc + " = ANY($1::" + b.KeyType + "[])"
 		if forUpdate {
 			q += " ORDER BY " + kc
 		}
 	}
 	if forUpdate {
-		// Key order: concurrent calls lock rows in the same order.
-		if t.legacy == nil {
-			q += " ORDER BY k"
-		}
 		q += " FOR UPDATE"
 	}
 	return q
@@ -384,10 +394,8 @@ func scanRows(t target, rows pgx.Rows, found map[string]*row) error {
 // for the next row (the values it holds are not).
 func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 	defer rows.Close()
-	if t.legacy == nil {
-		if ok, err := eachRawRow(rows, emit); ok || err != nil {
-			return err
-		}
+	if t.legacy == nil && rawReadable(rows) {
+		return eachRawRow(rows, nil, emit) // a copy per record: a read keeps few
 	}
 	// One set of destinations for every row: each Scan assigns freshly
 	// allocated values to them.
@@ -461,51 +469,6 @@ func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 		emit(id, &r)
 	}
 	return rows.Err()
-}
-
-// ownColumns are the types of selectSQL's columns on Sink's tables:
-// k bytea, content_type text, doc bytea, rev bytea, mark bytea.
-var ownColumns = [5]uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.ByteaOID}
-
-// eachRawRow is eachRow for Sink's tables when the server sends the bytea
-// columns in binary format (pgx's default; not with the simple protocol),
-// reading each row's raw values instead of pgx's Scan: one allocation for
-// a row's document, one for its revision, the content type shared with
-// the previous row's when equal, the key not copied. It reports false,
-// having read nothing, when the rows are not of that shape.
-func eachRawRow(rows pgx.Rows, emit func(id []byte, r *row)) (bool, error) {
-	// pgx knows the columns before the first row in every query mode.
-	fds := rows.FieldDescriptions()
-	if len(fds) != len(ownColumns) {
-		return false, nil
-	}
-	for i, fd := range fds {
-		// text is the same bytes in either format; bytea only in binary.
-		if fd.DataTypeOID != ownColumns[i] || (fd.Format != pgx.BinaryFormatCode && fd.DataTypeOID != pgtype.TextOID) {
-			return false, nil
-		}
-	}
-	var r row
-	for rows.Next() {
-		v := rows.RawValues()
-		if v[0] == nil || v[1] == nil || v[2] == nil || v[3] == nil {
-			return true, fmt.Errorf("a row of a Sink table has a NULL key, content type, document or revision")
-		}
-		m, err := decodeMark(v[4])
-		if err != nil {
-			return true, err
-		}
-		ct := r.doc.ContentType
-		if string(v[1]) != ct {
-			ct = string(v[1])
-		}
-		r = row{doc: domain.Document{ContentType: ct, Data: bytes.Clone(v[2])}, rev: domain.Revision(v[3]), mark: m}
-		if r.doc.Data == nil {
-			r.doc.Data = []byte{}
-		}
-		emit(v[0], &r)
-	}
-	return true, rows.Err()
 }
 
 func deref(p *string) string {
@@ -890,11 +853,15 @@ func (s *Store) create(ctx context.Context, t target) error {
 	rev bytea NOT NULL,
 	mark bytea
 )`
+	// The index of bytes keys (scan.go) comes with the table; tables
+	// created before it work without it (docs/postgres.md).
 	var err error
 	for attempt := 0; attempt < 10; attempt++ {
 		if _, err = s.pool.Exec(ctx, schema); err == nil {
 			if _, err = s.pool.Exec(ctx, table); err == nil {
-				return nil
+				if _, err = s.pool.Exec(ctx, bytesIndexSQL(t)); err == nil {
+					return nil
+				}
 			}
 		}
 		switch sqlState(err) {

@@ -30,7 +30,7 @@ func grpcCode(c domain.Code) codes.Code {
 		return codes.FailedPrecondition
 	case domain.CodeUnavailable:
 		return codes.Unavailable
-	case domain.CodeOutcomeUnknown:
+	case domain.CodeOutcomeUnknown, domain.CodeDeadlineExceeded:
 		return codes.DeadlineExceeded
 	case domain.CodeResourceExhausted:
 		return codes.ResourceExhausted

@@ -42,8 +42,9 @@ func TestEveryDomainCodeHasItsOwnGRPCCode(t *testing.T) {
 		domain.CodeAborted:            codes.Aborted,
 		domain.CodeAlreadyApplied:     codes.AlreadyExists,
 		domain.CodeSuperseded:         codes.FailedPrecondition,
+		domain.CodeDeadlineExceeded:   codes.DeadlineExceeded,
 	}
-	for c := domain.CodeInternal; c <= domain.CodeSuperseded; c++ {
+	for c := domain.CodeInternal; c <= domain.CodeDeadlineExceeded; c++ {
 		w, ok := want[c]
 		if !ok {
 			t.Fatalf("domain code %s has no expected gRPC code in this test", c)

@@ -24,21 +24,9 @@ func (s *Server) Scan(req *sinkv1.ScanRequest, stream sinkv1.Sink_ScanServer) er
 	}
 	spec.Descending = req.GetDescending()
 	spec.Projection = domain.Projection{Fields: req.GetProjection().GetFields(), Exclude: req.GetProjection().GetExclude()}
-	size := int(req.GetPageSize())
-	if size == 0 {
-		size = domain.DefaultScanPageSize
-	}
-	limit, sent := int(req.GetLimit()), 0
-	cursor := req.GetCursor()
-	for {
-		n := size
-		if limit > 0 {
-			n = min(n, limit-sent)
-		}
-		page, err := s.svc.Scan(ctx, &application.ScanRequest{Spec: spec, PageSize: n, Cursor: cursor})
-		if err != nil {
-			return StatusError(err)
-		}
+	areq := &application.ScanRequest{Spec: spec, PageSize: int(req.GetPageSize()), Cursor: req.GetCursor()}
+	var sendErr error
+	err = s.svc.ScanPages(ctx, areq, int(req.GetLimit()), func(page *application.ScanPage) error {
 		out := &sinkv1.ScanPage{Cursor: page.Cursor, Scanned: uint64(page.Scanned), Returned: uint64(page.Returned),
 			Records: make([]*sinkv1.ScanRecord, len(page.Records))}
 		for i, r := range page.Records {
@@ -48,15 +36,13 @@ func (s *Server) Scan(req *sinkv1.ScanRequest, stream sinkv1.Sink_ScanServer) er
 			}
 			out.Records[i] = rec
 		}
-		if err := stream.Send(out); err != nil {
-			return err
-		}
-		sent += page.Returned
-		if len(page.Cursor) == 0 || (limit > 0 && sent >= limit) {
-			return nil
-		}
-		cursor = page.Cursor
+		sendErr = stream.Send(out)
+		return sendErr
+	})
+	if sendErr != nil {
+		return sendErr // the stream's own error, as gRPC reported it
 	}
+	return StatusError(err)
 }
 
 // Count implements sinkv1.SinkServer.

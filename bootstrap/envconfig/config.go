@@ -60,6 +60,12 @@ type Config struct {
 	BatchMaxOps    int  `env:"SINK_BATCH_MAX_OPS" desc:"Most operations in one natural batch; a request with more goes alone."`
 	BatchShards    int  `env:"SINK_BATCH_SHARDS" desc:"Natural batching: records are spread over this many shards, each with at most one batch at storage at a time (1 to 1024)."`
 
+	ScanPageTime    time.Duration `env:"SINK_SCAN_PAGE_TIME" desc:"Time budget of one Scan page: when it runs out the page ends with the records it has and a cursor to go on from; a page that found nothing in it fails with UNAVAILABLE (retryable)."`
+	ScanMaxScanned  int           `env:"SINK_SCAN_MAX_SCANNED" desc:"Most records one Scan page reads from storage, those its filter rejects included; a page that reaches it ends with a cursor (a selective filter then returns pages with few or no records, each making progress)."`
+	CountTime       time.Duration `env:"SINK_COUNT_TIME" desc:"Time budget of a Count with a filter (which reads the records); one that runs out fails with RESOURCE_EXHAUSTED (narrow the range). A Count without a filter is the storage's own count."`
+	CountMaxScanned int           `env:"SINK_COUNT_MAX_SCANNED" desc:"Most records a Count with a filter may read; a larger dataset or range fails with RESOURCE_EXHAUSTED (narrow the range, or count without a filter)."`
+	MinDeadline     time.Duration `env:"SINK_MIN_DEADLINE" desc:"Least time a request's deadline may leave when it arrives: a Read, Write, Delete, Scan or Count whose deadline has passed, or leaves less, is refused at once with DEADLINE_EXCEEDED (reason DEADLINE_EXCEEDED: nothing was done), before any storage or queue work. 0: only requests whose deadline has passed."`
+
 	IdempotencyRing int `env:"SINK_IDEMPOTENCY_RING" desc:"How many mutation ids (queued mutations' ids and clients' idempotency keys) each record remembers in its applied mark, 1 to 1024: the window within which a redelivered queued mutation or a client's retry with the same idempotency_key is recognised and not applied again. Storage reserves room for a full ring in each document's size limit (about 150 bytes per id)."`
 
 	MongoDB MongoDBConfig
@@ -145,6 +151,9 @@ func Defaults() Config {
 	c.MergeTimeout = app.Merge.Timeout
 	c.BatchSingleOps, c.BatchMaxOps, c.BatchShards = app.Batch.Enabled, app.Batch.MaxOps, app.Batch.Shards
 	c.IdempotencyRing = app.IdempotencyRing
+	c.ScanPageTime, c.ScanMaxScanned = app.Scan.PageTime, app.Scan.MaxScannedPerPage
+	c.CountTime, c.CountMaxScanned = app.Scan.CountTime, app.Scan.MaxCountScanned
+	c.MinDeadline = app.MinDeadline
 	c.Kafka.ApplyMaxAttempts = app.Apply.MaxAttempts
 	c.Kafka.ApplyMaxBackoff = app.Apply.MaxBackoff
 
@@ -334,6 +343,8 @@ func (c Config) Application() application.Config {
 		a.Apply.BaseBackoff = a.Apply.MaxBackoff
 	}
 	a.IdempotencyRing = c.IdempotencyRing
+	a.Scan = application.ScanLimits{PageTime: c.ScanPageTime, MaxScannedPerPage: c.ScanMaxScanned, CountTime: c.CountTime, MaxCountScanned: c.CountMaxScanned}
+	a.MinDeadline, a.MinDeadlineSetting = c.MinDeadline, "SINK_MIN_DEADLINE"
 	a.AsyncDisabledHint = "set SINK_KAFKA_BROKERS and SINK_KAFKA_TOPIC"
 	a.MaxRequestBytesSetting = "SINK_MAX_REQUEST_BYTES"
 	return a
@@ -452,6 +463,11 @@ var (
 		{"batch: max operations", "SINK_BATCH_MAX_OPS"},
 		{"batch: shards", "SINK_BATCH_SHARDS"},
 		{"idempotency ring", "SINK_IDEMPOTENCY_RING"},
+		{"scan: page time", "SINK_SCAN_PAGE_TIME"},
+		{"scan: max scanned per page", "SINK_SCAN_MAX_SCANNED"},
+		{"count: time", "SINK_COUNT_TIME"},
+		{"count: max scanned", "SINK_COUNT_MAX_SCANNED"},
+		{"min deadline", "SINK_MIN_DEADLINE"},
 	}
 	mongoDBNames = []rename{
 		{"HiddenField", "SINK_MONGODB_HIDDEN_FIELD"},

@@ -47,6 +47,7 @@ func TestMappedDefaultsAreTheAdaptersDefaults(t *testing.T) {
 	app := application.DefaultConfig()
 	app.AsyncDisabledHint = cfg.Application().AsyncDisabledHint
 	app.MaxRequestBytesSetting = "SINK_MAX_REQUEST_BYTES" // (the environment layer names its own settings)
+	app.MinDeadlineSetting = "SINK_MIN_DEADLINE"
 	same("application config", cfg.Application(), app)
 	same("health config", cfg.Health(), application.DefaultHealthConfig())
 	metrics := sinkprom.DefaultOptions()
@@ -93,7 +94,8 @@ func TestAdapterProblemsNameTheVariables(t *testing.T) {
 		"SINK_KAFKA_MAX_POLL_RECORDS": "0", "SINK_KAFKA_PUBLISH_TIMEOUT": "0", "SINK_KAFKA_SESSION_TIMEOUT": "0",
 		"SINK_KAFKA_REBALANCE_TIMEOUT": "0", "SINK_KAFKA_LOG_EPOCH": "\xff", "SINK_HEALTH_INTERVAL": "0", "SINK_HEALTH_TIMEOUT": "0",
 		"SINK_METRICS_MAX_DATASETS": "0", "SINK_GRPC_MAX_CONCURRENT_STREAMS": "0", "SINK_GRPC_MAX_CONNECTION_AGE_GRACE": "-1s",
-		"SINK_MAX_INFLIGHT_OPERATIONS": "-1",
+		"SINK_MAX_INFLIGHT_OPERATIONS": "-1", "SINK_SCAN_PAGE_TIME": "0", "SINK_SCAN_MAX_SCANNED": "0", "SINK_COUNT_TIME": "-1s",
+		"SINK_COUNT_MAX_SCANNED": "0",
 	}
 	_, err := Load(bad)
 	ce, ok := err.(*ConfigError)

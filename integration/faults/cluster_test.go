@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -56,6 +57,9 @@ type cluster struct {
 	sinkSource string
 	conn       *grpc.ClientConn
 	client     sinkv1.SinkClient
+	// exited lists the workers that exited on their own (not by a fault)
+	// and were started again before the next trial (awaitWorkers).
+	exited []string
 }
 
 // startCluster builds the binaries and images and starts the deployment.
@@ -287,6 +291,56 @@ func (c *cluster) awaitServing(ctx context.Context, limit time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// awaitWorkers waits, before a trial, until every worker runs and is
+// ready (/readyz of its published HTTP endpoint). A worker that exited on
+// its own — a worker started again by a fault exits when its database
+// does not answer its start-up ping within SINK's connect timeout (15 s),
+// as when the next trial pauses the database on a busy machine — is
+// started again, as the deployment's restart policy (restart:
+// unless-stopped, deploy/compose.yaml) does, and recorded in exited with
+// its last log line: otherwise every later fault of that worker fails to
+// inject and the cluster runs on with one worker.
+func (c *cluster) awaitWorkers(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, w := range c.workers {
+		for {
+			st, err := c.e.dc.InspectContainer(w.id)
+			if err != nil {
+				return fmt.Errorf("cannot inspect %s: %w", w.role, err)
+			}
+			if !st.State.Running && !st.State.Paused {
+				c.exited = append(c.exited, fmt.Sprintf("%s (exit code %d: %s)", w.role, st.State.ExitCode, lastLines(w.logs(1), 1)))
+				if err := w.restart(); err != nil {
+					return err
+				}
+			} else if w.ready(ctx) {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("%s is not ready after %s; its log:\n%s", w.role, limit, w.logs(30))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// ready reports whether the container's /readyz answers 200.
+func (c *container) ready(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(c.httpPort)+"/readyz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // saveLogs writes every container's whole log to a directory that outlives

@@ -342,6 +342,9 @@ func TestFaults(t *testing.T) {
 // runTrial runs the load on a fresh dataset, injects the fault at a random
 // point of it, and waits until every acknowledged mutation is applied.
 func runTrial(t *testing.T, ctx context.Context, c *cluster, f fault, trial int, rng *rand.Rand) trialResult {
+	if err := c.awaitWorkers(ctx, 90*time.Second); err != nil {
+		t.Fatalf("before the trial: %v", err)
+	}
 	interval := loadInterval
 	if f.burst {
 		interval = 0

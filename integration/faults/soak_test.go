@@ -107,6 +107,11 @@ func TestSoak(t *testing.T) {
 		med.Round(100*time.Millisecond), mx.Round(100*time.Millisecond),
 		first.heap/(1<<20), last.heap/(1<<20), heapSlope*3600/(1<<20), first.goroutines, last.goroutines, gorSlope*3600)
 	fmt.Fprintf(&b, "\nRan on %s, %d cores; database: %s; %d server samples; took %s.\n", cpuModel(), runtime.NumCPU(), c.dbKind, len(server), time.Since(t0).Round(time.Second))
+	fmt.Fprintf(&b, "Workers that exited on their own and were started again before the next trial (as restart: unless-stopped does): %d", len(c.exited))
+	if len(c.exited) > 0 {
+		fmt.Fprintf(&b, ": %s", strings.Join(c.exited, "; "))
+	}
+	b.WriteString(".\n")
 	fmt.Println(b.String())
 	if p := os.Getenv(envReport); p != "" {
 		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {

@@ -51,23 +51,34 @@ func RunScan(t *testing.T, fx ScanFixtures) {
 	if fx.MaxParallel > 0 {
 		slots = make(chan struct{}, fx.MaxParallel)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			if slots != nil {
-				slots <- struct{}{}
-				defer func() { <-slots }()
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
-			defer cancel()
-			st := fx.NewStorage(t)
-			sc, ok := st.(ports.Scanner)
-			if !ok {
-				t.Fatalf("%T does not implement ports.Scanner", st)
-			}
-			h := &scanHarness{t: t, s: st, sc: sc, fx: fx, ctx: ctx, ns: fx.Namespace(t)}
-			tc.run(t, h)
-		})
+	// A storage that streams scans (ports.ScanStreamer) runs every case
+	// twice: with a query per read, and with one stream per scan.
+	modes := []string{""}
+	if _, ok := fx.NewStorage(t).(ports.ScanStreamer); ok {
+		modes = append(modes, "Stream/")
+	}
+	for _, mode := range modes {
+		for _, tc := range tests {
+			t.Run(mode+tc.name, func(t *testing.T) {
+				t.Parallel()
+				if slots != nil {
+					slots <- struct{}{}
+					defer func() { <-slots }()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+				defer cancel()
+				st := fx.NewStorage(t)
+				sc, ok := st.(ports.Scanner)
+				if !ok {
+					t.Fatalf("%T does not implement ports.Scanner", st)
+				}
+				h := &scanHarness{t: t, s: st, sc: sc, fx: fx, ctx: ctx, ns: fx.Namespace(t)}
+				if mode != "" {
+					h.stream = st.(ports.ScanStreamer)
+				}
+				tc.run(t, h)
+			})
+		}
 	}
 }
 
@@ -78,6 +89,9 @@ type scanHarness struct {
 	fx  ScanFixtures
 	ctx context.Context
 	ns  string
+	// stream, when set, reads every scan of the case through one stream
+	// (ScanAllStream) instead of a query per read (ScanAll).
+	stream ports.ScanStreamer
 }
 
 func (h *scanHarness) dataset(name string) domain.DatasetRef {
@@ -134,8 +148,18 @@ func (h *scanHarness) putKeys(d domain.DatasetRef, ks []domain.Key) {
 // scanAll pages through q (Limit per call) and returns the keys.
 func (h *scanHarness) scanAll(q ports.ScanQuery) []domain.Key {
 	h.t.Helper()
-	keys, _ := ScanAll(h.ctx, h.t, h.sc, q, nil)
+	keys, _ := h.collect(q, nil)
 	return keys
+}
+
+// collect reads q to its end as the case's mode does: ScanAll, or
+// ScanAllStream.
+func (h *scanHarness) collect(q ports.ScanQuery, match func(domain.Document) bool) ([]domain.Key, []domain.Document) {
+	h.t.Helper()
+	if h.stream != nil {
+		return ScanAllStream(h.ctx, h.t, h.stream, q, match)
+	}
+	return ScanAll(h.ctx, h.t, h.sc, q, match)
 }
 
 // ScanAll pages through q with Limit records per call, resuming after the
@@ -144,15 +168,43 @@ func (h *scanHarness) scanAll(q ports.ScanQuery) []domain.Key {
 // records match accepts when it is not nil.
 func ScanAll(ctx context.Context, t testing.TB, sc ports.Scanner, q ports.ScanQuery, match func(domain.Document) bool) ([]domain.Key, []domain.Document) {
 	t.Helper()
+	var last *domain.Key
+	return collectScan(t, q, match, func() (ports.ScanResult, error) {
+		q.After = last
+		res, err := sc.Scan(ctx, q)
+		if n := len(res.Items); n > 0 {
+			last = &res.Items[n-1].Key
+		}
+		return res, err
+	})
+}
+
+// ScanAllStream reads q through one stream of st (OpenScan, then Next
+// with q.Limit until it is done), checks every read as ScanAll does and
+// returns the keys and documents match accepts (all when it is nil).
+func ScanAllStream(ctx context.Context, t testing.TB, st ports.ScanStreamer, q ports.ScanQuery, match func(domain.Document) bool) ([]domain.Key, []domain.Document) {
+	t.Helper()
+	stream, err := st.OpenScan(ctx, q)
+	if err != nil {
+		t.Fatalf("open scan %+v: %v", q, err)
+	}
+	defer stream.Close()
+	return collectScan(t, q, match, func() (ports.ScanResult, error) { return stream.Next(ctx, q.Limit) })
+}
+
+// collectScan calls read until a result is done, checking that each holds
+// at most q.Limit records, in order, in q's range and after the one
+// before.
+func collectScan(t testing.TB, q ports.ScanQuery, match func(domain.Document) bool, read func() (ports.ScanResult, error)) ([]domain.Key, []domain.Document) {
+	t.Helper()
 	var keys []domain.Key
 	var docs []domain.Document
-	var last *domain.Key
+	last := q.After
 	for calls := 0; ; calls++ {
 		if calls > 100_000 {
 			t.Fatalf("scan does not end")
 		}
-		q.After = last
-		res, err := sc.Scan(ctx, q)
+		res, err := read()
 		if err != nil {
 			t.Fatalf("scan %+v: %v", q, err)
 		}
@@ -182,7 +234,8 @@ func ScanAll(ctx context.Context, t testing.TB, sc ports.Scanner, q ports.ScanQu
 	}
 }
 
-func sortedKeys(ks []domain.Key, desc bool) []domain.Key {
+// SortedKeys returns a copy of ks in key order (descending: reversed).
+func SortedKeys(ks []domain.Key, desc bool) []domain.Key {
 	out := slices.Clone(ks)
 	slices.SortFunc(out, domain.CompareKeys)
 	if desc {
@@ -201,7 +254,7 @@ func testScanKeyOrder(t *testing.T, h *scanHarness) {
 	h.putKeys(d, ks)
 	for _, desc := range []bool{false, true} {
 		got := h.scanAll(ports.ScanQuery{Dataset: d, Descending: desc, Limit: 1000})
-		if want := sortedKeys(ks, desc); !equalKeys(got, want) {
+		if want := SortedKeys(ks, desc); !equalKeys(got, want) {
 			t.Fatalf("descending %v: keys %v, want %v", desc, got, want)
 		}
 	}
@@ -212,7 +265,7 @@ func testScanPageSizes(t *testing.T, h *scanHarness) {
 	ks := h.sampleKeys()
 	h.putKeys(d, ks)
 	for _, desc := range []bool{false, true} {
-		want := sortedKeys(ks, desc)
+		want := SortedKeys(ks, desc)
 		for n := 1; n <= len(ks)+1; n++ {
 			if got := h.scanAll(ports.ScanQuery{Dataset: d, Descending: desc, Limit: n}); !equalKeys(got, want) {
 				t.Fatalf("page size %d, descending %v: keys %v, want %v", n, desc, got, want)
@@ -225,7 +278,7 @@ func testScanRanges(t *testing.T, h *scanHarness) {
 	d := h.dataset("ranges")
 	ks := h.sampleKeys()
 	h.putKeys(d, ks)
-	sorted := sortedKeys(ks, false)
+	sorted := SortedKeys(ks, false)
 	var ranges []domain.KeyRange
 	// Every pair of stored keys (and some absent ones) as bounds, both ways
 	// inclusive and exclusive.
@@ -248,7 +301,7 @@ func testScanRanges(t *testing.T, h *scanHarness) {
 	for _, r := range ranges {
 		for _, desc := range []bool{false, true} {
 			var want []domain.Key
-			for _, k := range sortedKeys(ks, desc) {
+			for _, k := range SortedKeys(ks, desc) {
 				if r.Contains(k) {
 					want = append(want, k)
 				}
@@ -304,7 +357,7 @@ func testScanIsolation(t *testing.T, h *scanHarness) {
 	h.putKeys(h.dataset("mine2"), ks)
 	h.putKeys(h.dataset("min"), ks)
 	got := h.scanAll(ports.ScanQuery{Dataset: d, Limit: 4})
-	if want := sortedKeys(ks[:len(ks)/2], false); !equalKeys(got, want) {
+	if want := SortedKeys(ks[:len(ks)/2], false); !equalKeys(got, want) {
 		t.Fatalf("keys %v, want only this dataset's %v", got, want)
 	}
 }
@@ -398,13 +451,13 @@ func testScanFilterSuperset(t *testing.T, h *scanHarness) {
 			t.Fatalf("generated an invalid filter: %v", err)
 		}
 		var want []domain.Key
-		for _, k := range sortedKeys(ks, false) {
+		for _, k := range SortedKeys(ks, false) {
 			v := docs[k]
 			if f.Match(&v) {
 				want = append(want, k)
 			}
 		}
-		got, _ := ScanAll(h.ctx, t, h.sc, ports.ScanQuery{Dataset: d, Filter: f, Limit: 25}, matcher(t, f))
+		got, _ := h.collect(ports.ScanQuery{Dataset: d, Filter: f, Limit: 25}, matcher(t, f))
 		if !equalKeys(got, want) {
 			t.Fatalf("filter %s: keys %v, want %v", FormatFilter(f), got, want)
 		}
@@ -428,5 +481,20 @@ func testScanCanceled(t *testing.T, h *scanHarness) {
 	cancel()
 	if _, err := h.sc.Scan(ctx, ports.ScanQuery{Dataset: d, Limit: 10}); err == nil {
 		t.Fatal("scan with a canceled context succeeded")
+	}
+	if h.stream == nil {
+		return
+	}
+	// A stream honours the context of each read.
+	stream, err := h.stream.OpenScan(h.ctx, ports.ScanQuery{Dataset: d, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if _, err := stream.Next(h.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Next(ctx, 10_000); err == nil {
+		t.Fatal("a stream's read with a canceled context succeeded")
 	}
 }

@@ -139,6 +139,33 @@ func (s *Server) Restart() error {
 	return s.ferret.start(ctx, s.ferret.addr)
 }
 
+// Pause freezes the server without closing its connections: FerretDB's
+// process is stopped (SIGSTOP), a Docker container is paused; requests on
+// its sockets wait until [Server.Resume]. A server of kind "env" is not
+// managed by this package and Pause returns an error. Tests that pause a
+// server take a [Private] one.
+func (s *Server) Pause() error { return s.freeze(true) }
+
+// Resume continues a server that [Server.Pause] froze.
+func (s *Server) Resume() error { return s.freeze(false) }
+
+func (s *Server) freeze(stop bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.kind == KindFerretDB && s.ferret.cmd != nil && stop:
+		return stopProcess(s.ferret.cmd.Process)
+	case s.kind == KindFerretDB && s.ferret.cmd != nil:
+		return continueProcess(s.ferret.cmd.Process)
+	case s.kind == KindDocker && stop:
+		return s.docker.pool.Client.PauseContainer(s.docker.res.Container.ID)
+	case s.kind == KindDocker:
+		return s.docker.pool.Client.UnpauseContainer(s.docker.res.Container.ID)
+	default:
+		return fmt.Errorf("mongotest: Pause and Resume are not supported for a server of kind %q", s.kind)
+	}
+}
+
 // Close stops the server and removes everything it created (temporary
 // directories, containers). It is idempotent.
 func (s *Server) Close() {

@@ -2,6 +2,7 @@ package mongotest
 
 import (
 	"errors"
+	"os"
 	"syscall"
 )
 
@@ -15,3 +16,7 @@ func childSysProcAttr() *syscall.SysProcAttr {
 func processGone(pid int) bool {
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
+
+// stopProcess freezes p (SIGSTOP); continueProcess continues it (SIGCONT).
+func stopProcess(p *os.Process) error     { return p.Signal(syscall.SIGSTOP) }
+func continueProcess(p *os.Process) error { return p.Signal(syscall.SIGCONT) }

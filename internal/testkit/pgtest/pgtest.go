@@ -220,7 +220,9 @@ func (s *Server) Close() {
 	if s.cmd == nil {
 		return
 	}
-	// SIGINT: PostgreSQL's fast shutdown.
+	// SIGINT: PostgreSQL's fast shutdown (continued first, in case a test
+	// left it paused).
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGCONT)
 	_ = s.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-s.exited:
@@ -233,6 +235,49 @@ func (s *Server) Close() {
 	if err := os.RemoveAll(s.dir); err != nil {
 		log.Printf("pgtest: cannot remove %s: %v", s.dir, err)
 	}
+}
+
+// Private starts a server for this test alone (for tests that pause it,
+// which must not hold up the tests sharing [Shared]'s), closed when the
+// test ends. It skips the test when no binaries are installed or when
+// SINK_TEST_POSTGRES_URL names a server (one this package does not run).
+func Private(t testing.TB) *Server {
+	t.Helper()
+	if os.Getenv(EnvURL) != "" {
+		t.Skip("pgtest: a private server is started from the installed binaries; " + EnvURL + " names an existing one")
+	}
+	bin, ok := binDir()
+	if !ok {
+		t.Skip(InstallHint)
+	}
+	dir, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := startIn(ctx, bin, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("pgtest: cannot start PostgreSQL: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// Pause freezes the server: SIGSTOP to its process group, the postmaster
+// and every backend (connections stay open; statements wait). Resume
+// continues it. Only for a server this package started.
+func (s *Server) Pause() error { return s.signalGroup(syscall.SIGSTOP) }
+
+// Resume continues a server that Pause froze (SIGCONT to its process group).
+func (s *Server) Resume() error { return s.signalGroup(syscall.SIGCONT) }
+
+func (s *Server) signalGroup(sig syscall.Signal) error {
+	if s.cmd == nil {
+		return fmt.Errorf("pgtest: %v: not a server this package runs", sig)
+	}
+	return syscall.Kill(-s.cmd.Process.Pid, sig)
 }
 
 // start returns the server, or skip when there are no binaries.

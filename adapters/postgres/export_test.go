@@ -1,0 +1,31 @@
+package postgres
+
+import (
+	"strconv"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// ScanStatements returns the statements (and their arguments) Scan runs for
+// q, one per key kind it reads, so tests can EXPLAIN them.
+func ScanStatements(s *Store, q ports.ScanQuery) ([]string, [][]any, error) {
+	t, err := s.names.resolve(domain.Address{Store: q.Dataset.Store, Namespace: q.Dataset.Namespace, Dataset: q.Dataset.Dataset, Key: domain.Int64Key(0)})
+	if err != nil {
+		return nil, nil, err
+	}
+	var sqls []string
+	var argss [][]any
+	for _, ks := range keySpaces(t) {
+		var a args
+		conds, ok, err := ks.conds(&a, q.Range, q.After, q.Descending)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			sqls = append(sqls, scanSQL(ks, conds, q.Descending, strconv.Itoa(q.Limit)))
+			argss = append(argss, a)
+		}
+	}
+	return sqls, argss, nil
+}
