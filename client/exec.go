@@ -197,7 +197,7 @@ func keepOrder(pending []*op) {
 // server, the groups concurrently.
 func (c *Client) dispatch(ctx context.Context, pending []*op, completion sinkv1.CompletionMode) {
 	now := time.Now().UnixNano()
-	if len(pending) == 1 || c.single() {
+	if len(pending) == 1 || c.cfg.wholeBatches || c.single() {
 		if s := c.pick(pending[0].route, now); s != nil {
 			c.sendGroup(ctx, s, pending, completion)
 			return

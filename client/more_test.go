@@ -306,3 +306,52 @@ func TestReturnDocument(t *testing.T) {
 		t.Fatalf("return document with RETURN_AFTER_ACCEPTED = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// With WithWholeBatches a batch over records of both servers goes whole,
+// in one request, to the server of its first record; single operations
+// keep their affinity.
+func TestWholeBatchesGoToOneServer(t *testing.T) {
+	shared := memory.New()
+	a := sinktest.Start(t, sinktest.WithStorage(shared))
+	b := sinktest.Start(t, sinktest.WithStorage(shared))
+	rec := &recorder{}
+	c := a.NewClient(t, client.WithServers(a.Addr(), b.Addr()), client.WithWholeBatches(), client.WithDialOptions(grpc.WithUnaryInterceptor(rec.intercept)))
+	ds := c.Dataset("shop", "counters")
+	ctx := context.Background()
+	keys := make([]client.Key, 40)
+	servers := map[string]bool{}
+	for i := range keys {
+		keys[i] = client.StringKey(fmt.Sprintf("r%d", i))
+		servers[c.ServerFor("", "shop", "counters", keys[i])] = true
+	}
+	if len(servers) != 2 {
+		t.Fatalf("the records route to %d servers, want both", len(servers))
+	}
+	bt := c.Batch().SetCompletion(client.WaitUntilApplied)
+	for _, k := range keys {
+		bt.Put(ds, k, map[string]int{"n": 1})
+	}
+	for i, r := range bt.Do(ctx) {
+		if r.Err != nil {
+			t.Fatalf("put %d: %v", i, r.Err)
+		}
+	}
+	reqs := rec.all()
+	if len(reqs) != 1 || reqs[0].ops != len(keys) || reqs[0].target != c.ServerFor("", "shop", "counters", keys[0]) {
+		t.Fatalf("the batch went out as %+v, want one request of %d operations to %s", reqs, len(keys), c.ServerFor("", "shop", "counters", keys[0]))
+	}
+	// A single operation still goes to its record's server.
+	for _, k := range keys[1:] {
+		if c.ServerFor("", "shop", "counters", k) == reqs[0].target {
+			continue
+		}
+		var v map[string]int
+		if _, err := ds.Get(ctx, k, &v); err != nil || v["n"] != 1 {
+			t.Fatalf("Get = %v, %v", v, err)
+		}
+		if last := rec.all()[len(rec.all())-1]; last.target == reqs[0].target {
+			t.Fatalf("a single read of a record of the other server went to %s", last.target)
+		}
+		return
+	}
+}

@@ -41,6 +41,7 @@ type config struct {
 	maxBackoff   time.Duration
 	attemptLimit time.Duration
 	autoKeys     bool
+	wholeBatches bool // a batch goes whole to one server (WithWholeBatches)
 	cooldown     time.Duration
 	noTrace      bool
 	lookup       func(ctx context.Context, host string) ([]string, error) // tests replace the resolver
@@ -153,6 +154,13 @@ func WithAttemptTimeout(d time.Duration) Option { return func(c *config) { c.att
 // whose outcome is unknown are retried and applied at most once (within
 // the server's idempotency window, SINK_IDEMPOTENCY_RING).
 func WithAutoIdempotencyKeys() Option { return func(c *config) { c.autoKeys = true } }
+
+// WithWholeBatches sends a batch of several operations whole to one
+// server (the one key affinity picks for its first operation) instead of
+// splitting it per server. Each server folds only the merges it receives,
+// so this gives up affinity for the batch's other records; see
+// docs/client.md for what each costs.
+func WithWholeBatches() Option { return func(c *config) { c.wholeBatches = true } }
 
 // WithFailoverCooldown sets how long a server that failed at the transport
 // level is skipped by key-affinity routing (default one second).

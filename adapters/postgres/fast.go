@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -77,7 +78,10 @@ type directStmt struct {
 
 // writeDirect runs the direct path once; it returns the results of the
 // valid operations or the error and how far it got.
-func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []int, groups []*group, opGroup []int, opKey []string) ([]ports.WriteResult, phase, error) {
+//
+// opArg holds each valid operation's key argument (the encoded key: the
+// direct path writes only Sink's tables).
+func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []int, groups []*group, opGroup []int, opKey []string, opArg []any) ([]ports.WriteResult, phase, error) {
 	res := make([]ports.WriteResult, len(valid))
 	stmts := make([][4]*directStmt, len(groups))
 	for j, i := range valid {
@@ -98,7 +102,7 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 			st = &directStmt{kind: kind}
 			stmts[opGroup[j]][kind] = st
 		}
-		r := directRow{j: j, key: []byte(opKey[j])}
+		r := directRow{j: j, key: opArg[j].([]byte)}
 		if op.Condition.Kind == ports.ConditionRevision {
 			r.cond = []byte(op.Condition.Revision)
 		}
@@ -107,8 +111,9 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 		}
 		st.rows = append(st.rows, r)
 	}
-	b := &pgx.Batch{}
 	var order []*directStmt
+	var sqls []string
+	var args [][]any
 	for gi, g := range groups {
 		for _, st := range stmts[gi] {
 			if st == nil {
@@ -116,20 +121,37 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 			}
 			// Key order: concurrent calls lock rows in the same order.
 			slices.SortFunc(st.rows, func(a, b directRow) int { return bytes.Compare(a.key, b.key) })
-			queueDirect(b, g.t, st, ops, valid)
-			order = append(order, st)
+			q, a := directSQL(g.sql, st, ops, valid)
+			order, sqls, args = append(order, st), append(sqls, q), append(args, a)
 		}
 	}
 	var err error
 	var pending []int
-	if len(order) == 1 {
+	switch {
+	case len(order) == 1 && len(order[0].rows) == 1:
+		// One row: a plain query whose one answer is whether the row
+		// existed, or no row when nothing changed.
+		st, r := order[0], &order[0].rows[0]
+		var existed bool
+		err = s.pool.QueryRow(ctx, sqls[0], args[0]...).Scan(&existed)
+		switch {
+		case err == nil:
+			res[r.j] = ports.WriteResult{Revision: r.rev, Existed: existed}
+		case errors.Is(err, pgx.ErrNoRows):
+			err = nil
+			pending = unchanged(st, r, ops, valid, res, pending)
+		}
+	case len(order) == 1:
 		// One statement: a plain query, without a batch's extra work.
-		q := b.QueuedQueries[0]
 		var rows pgx.Rows
-		if rows, err = s.pool.Query(ctx, q.SQL, q.Arguments...); err == nil {
+		if rows, err = s.pool.Query(ctx, sqls[0], args[0]...); err == nil {
 			pending, err = readDirect(rows, order[0], ops, valid, res, pending)
 		}
-	} else {
+	default:
+		b := &pgx.Batch{}
+		for x := range order {
+			b.Queue(sqls[x], args[x]...)
+		}
 		br := s.pool.SendBatch(ctx, b)
 		for _, st := range order {
 			var rows pgx.Rows
@@ -161,11 +183,13 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 	return res, 0, nil
 }
 
-func queueDirect(b *pgx.Batch, t target, st *directStmt, ops []ports.WriteOp, valid []int) {
+// directSQL returns the statement of st and its arguments; one of several
+// rows returns each changed row's key and whether it existed, one row
+// whether it existed (see directOneSQL).
+func directSQL(t *tableSQL, st *directStmt, ops []ports.WriteOp, valid []int) (string, []any) {
 	n := len(st.rows)
 	if n == 1 {
-		queueDirectOne(b, t, st, ops, valid)
-		return
+		return directOneSQL(t, st, ops, valid)
 	}
 	keys := make([][]byte, n)
 	for x, r := range st.rows {
@@ -176,9 +200,8 @@ func queueDirect(b *pgx.Batch, t target, st *directStmt, ops []ports.WriteOp, va
 		for x, r := range st.rows {
 			conds[x] = r.cond
 		}
-		b.Queue(`DELETE FROM `+t.ident()+` t USING unnest($1::bytea[], $2::bytea[]) AS u(k, cond)
-WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, keys, conds)
-		return
+		return `DELETE FROM ` + t.ident + ` t USING unnest($1::bytea[], $2::bytea[]) AS u(k, cond)
+WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, []any{keys, conds}
 	}
 	cts := make([]string, n)
 	docs := make([][]byte, n)
@@ -190,15 +213,15 @@ WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, key
 	}
 	switch st.kind {
 	case dUpsert:
-		b.Queue(`INSERT INTO `+t.ident()+` AS t (k, content_type, doc, rev) SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[])
-ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUDED.doc, rev = EXCLUDED.rev RETURNING t.k, t.xmax <> 0`, keys, cts, docs, revs)
+		return `INSERT INTO ` + t.ident + ` AS t (k, content_type, doc, rev) SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[])
+ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUDED.doc, rev = EXCLUDED.rev RETURNING t.k, t.xmax <> 0`, []any{keys, cts, docs, revs}
 	case dCreate:
-		b.Queue(`INSERT INTO `+t.ident()+` (k, content_type, doc, rev) SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[])
-ON CONFLICT (k) DO NOTHING RETURNING k, false`, keys, cts, docs, revs)
-	case dUpdate:
-		b.Queue(`UPDATE `+t.ident()+` t SET content_type = u.ct, doc = u.doc, rev = u.rev
+		return `INSERT INTO ` + t.ident + ` (k, content_type, doc, rev) SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[])
+ON CONFLICT (k) DO NOTHING RETURNING k, false`, []any{keys, cts, docs, revs}
+	default: // dUpdate
+		return `UPDATE ` + t.ident + ` t SET content_type = u.ct, doc = u.doc, rev = u.rev
 FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bytea[], $5::bytea[]) AS u(k, ct, doc, rev, cond)
-WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, keys, cts, docs, revs, conds)
+WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, []any{keys, cts, docs, revs, conds}
 	}
 }
 
@@ -207,11 +230,11 @@ WHERE t.k = u.k AND (u.cond IS NULL OR t.rev = u.cond) RETURNING t.k, true`, key
 // operation that changed nothing is returned in pending: whether its
 // record exists (NOT_FOUND or REVISION_MISMATCH) takes another look.
 func readDirect(rows pgx.Rows, st *directStmt, ops []ports.WriteOp, valid []int, res []ports.WriteResult, pending []int) ([]int, error) {
-	byKey := make(map[string]*directRow, len(st.rows))
+	byKey := make(map[string]int, len(st.rows))
 	for x := range st.rows {
-		byKey[string(st.rows[x].key)] = &st.rows[x]
+		byKey[string(st.rows[x].key)] = x
 	}
-	done := make(map[string]bool, len(st.rows))
+	done := make([]bool, len(st.rows))
 	var k []byte
 	var existed bool
 	for rows.Next() {
@@ -219,34 +242,41 @@ func readDirect(rows pgx.Rows, st *directStmt, ops []ports.WriteOp, valid []int,
 			rows.Close()
 			return pending, err
 		}
-		r := byKey[string(k)]
-		if r == nil {
+		x, ok := byKey[string(k)]
+		if !ok {
 			continue
 		}
+		r := &st.rows[x]
 		res[r.j] = ports.WriteResult{Revision: r.rev, Existed: existed}
-		done[string(k)] = true
+		done[x] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return pending, err
 	}
-	for _, r := range st.rows {
-		if done[string(r.key)] {
-			continue
-		}
-		op := &ops[valid[r.j]]
-		switch {
-		case st.kind == dCreate:
-			res[r.j] = ports.WriteResult{Err: domain.Errorf(domain.CodeAlreadyExists, "record %s already exists", op.Address)}
-		case op.Condition.Kind == ports.ConditionNone: // delete of an absent record
-			res[r.j] = ports.WriteResult{}
-		case op.Condition.Kind == ports.ConditionExists:
-			res[r.j] = ports.WriteResult{Err: unmet(op, false, "")}
-		default:
-			pending = append(pending, r.j)
+	for x := range st.rows {
+		if !done[x] {
+			pending = unchanged(st, &st.rows[x], ops, valid, res, pending)
 		}
 	}
 	return pending, nil
+}
+
+// unchanged answers an operation whose statement changed nothing, or adds
+// it to pending when that takes another look.
+func unchanged(st *directStmt, r *directRow, ops []ports.WriteOp, valid []int, res []ports.WriteResult, pending []int) []int {
+	op := &ops[valid[r.j]]
+	switch {
+	case st.kind == dCreate:
+		res[r.j] = ports.WriteResult{Err: domain.Errorf(domain.CodeAlreadyExists, "record %s already exists", op.Address)}
+	case op.Condition.Kind == ports.ConditionNone: // delete of an absent record
+		res[r.j] = ports.WriteResult{}
+	case op.Condition.Kind == ports.ConditionExists:
+		res[r.j] = ports.WriteResult{Err: unmet(op, false, "")}
+	default:
+		pending = append(pending, r.j)
+	}
+	return pending
 }
 
 // settlePending answers the revision-conditioned operations that changed
@@ -284,25 +314,21 @@ func (s *Store) settlePending(ctx context.Context, ops []ports.WriteOp, valid []
 	return nil
 }
 
-// queueDirectOne is queueDirect for one row, with scalar parameters
-// (cheaper than unnest for the server and the driver).
-func queueDirectOne(b *pgx.Batch, t target, st *directStmt, ops []ports.WriteOp, valid []int) {
+// directOneSQL is directSQL for one row, with scalar parameters (cheaper
+// than unnest for the server and the driver), returning only whether the
+// row existed.
+func directOneSQL(t *tableSQL, st *directStmt, ops []ports.WriteOp, valid []int) (string, []any) {
 	r := st.rows[0]
 	if st.kind == dDelete {
-		b.Queue(`DELETE FROM `+t.ident()+` WHERE k = $1 AND ($2::bytea IS NULL OR rev = $2) RETURNING k, true`, r.key, r.cond)
-		return
+		return t.deleteOne, []any{r.key, r.cond}
 	}
 	d := ops[valid[r.j]].Document
 	switch st.kind {
 	case dUpsert:
-		b.Queue(`INSERT INTO `+t.ident()+` AS t (k, content_type, doc, rev) VALUES ($1, $2, $3, $4)
-ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUDED.doc, rev = EXCLUDED.rev RETURNING t.k, t.xmax <> 0`,
-			r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev))
+		return t.upsertOne, []any{r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev)}
 	case dCreate:
-		b.Queue(`INSERT INTO `+t.ident()+` (k, content_type, doc, rev) VALUES ($1, $2, $3, $4) ON CONFLICT (k) DO NOTHING RETURNING k, false`,
-			r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev))
-	case dUpdate:
-		b.Queue(`UPDATE `+t.ident()+` SET content_type = $2, doc = $3, rev = $4 WHERE k = $1 AND ($5::bytea IS NULL OR rev = $5) RETURNING k, true`,
-			r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev), r.cond)
+		return t.createOne, []any{r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev)}
+	default: // dUpdate
+		return t.updateOne, []any{r.key, d.ContentType, orEmpty(d.Data), []byte(r.rev), r.cond}
 	}
 }

@@ -436,16 +436,18 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 	return ports.ScanResult{Items: items, Done: true}, nil
 }
 
-// rawReadable reports whether the columns of a Sink table's scanSQL come
-// in formats whose raw values are the values' bytes: bytea in the binary
-// format (its text format is hex), text in either.
+// rawReadable reports whether the columns of a Sink table's selectColumns
+// (key, content type, document, revision, mark) come in formats whose raw
+// values are the values' bytes: bytea in the binary format (its text
+// format is hex; pgx's simple protocol), text in either. pgx knows the
+// columns before the first row in every query mode.
 func rawReadable(rows pgx.Rows) bool {
 	fds := rows.FieldDescriptions()
-	if len(fds) < 4 {
+	if len(fds) < 4 || len(fds) > 5 {
 		return false
 	}
-	for _, i := range []int{0, 2, 3} {
-		if fds[i].Format != pgx.BinaryFormatCode {
+	for i, fd := range fds {
+		if i != 1 && fd.Format != pgx.BinaryFormatCode {
 			return false
 		}
 	}
@@ -455,13 +457,14 @@ func rawReadable(rows pgx.Rows) bool {
 // arena hands out copies of bytes from shared chunks: a page's keys,
 // documents and revisions take a few allocations instead of three per
 // record. Each copy's capacity ends where it does, so appending to one
-// never writes into another.
+// never writes into another. A nil arena copies each value on its own (a
+// read of a few records would keep a whole chunk alive).
 type arena struct{ buf []byte }
 
 const arenaChunk = 64 << 10
 
 func (a *arena) copy(b []byte) []byte {
-	if len(b) > arenaChunk/4 {
+	if a == nil || len(b) > arenaChunk/4 {
 		return append([]byte(nil), b...)
 	}
 	if len(a.buf)+len(b) > cap(a.buf) {
@@ -472,8 +475,10 @@ func (a *arena) copy(b []byte) []byte {
 	return a.buf[start:len(a.buf):len(a.buf)]
 }
 
-// eachRawRow is eachRow for the rows of a Sink table's scanSQL in the
-// binary format, read from their raw values into a.
+// eachRawRow is eachRow for the rows of a Sink table's selectColumns in
+// the formats rawReadable accepts, read from their raw values into a (nil:
+// a copy per value): no copy of the key, the content type shared with the
+// previous row's when equal, the mark (a fifth column) decoded.
 func eachRawRow(rows pgx.Rows, a *arena, emit func(id []byte, r *row)) error {
 	defer rows.Close()
 	var ct string
@@ -486,7 +491,14 @@ func eachRawRow(rows pgx.Rows, a *arena, emit func(id []byte, r *row)) error {
 		if string(v[1]) != ct {
 			ct = string(v[1])
 		}
-		r = row{doc: domain.Document{ContentType: ct, Data: a.copy(v[2])}, rev: domain.Revision(v[3])}
+		var m domain.AppliedMark
+		if len(v) > 4 {
+			var err error
+			if m, err = decodeMark(v[4]); err != nil {
+				return err
+			}
+		}
+		r = row{doc: domain.Document{ContentType: ct, Data: orEmpty(a.copy(v[2]))}, rev: domain.Revision(v[3]), mark: m}
 		emit(v[0], &r)
 	}
 	return rows.Err()

@@ -29,6 +29,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -121,7 +122,7 @@ type Store struct {
 	readsBack   bool
 
 	mu    sync.Mutex
-	ready map[target]bool // tables known to exist (and, bound, checked)
+	ready map[target]*tableSQL // tables known to exist (and, bound, checked)
 }
 
 // New returns a Store over pool. It performs no I/O: tables are created or
@@ -147,7 +148,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	return &Store{
 		pool: pool, names: m, revs: newRevisions(), markRing: opts.MarkRing, maxAttempts: opts.MaxAttempts,
 		secrets: opts.Secrets, tracer: tracerOf(opts.TracerProvider), readsBack: readsBack,
-		ready: map[target]bool{},
+		ready: map[target]*tableSQL{},
 	}, nil
 }
 
@@ -176,23 +177,32 @@ func invalidArg(format string, args ...any) *domain.Error {
 
 // Validate implements ports.Storage, without I/O.
 func (s *Store) Validate(op ports.WriteOp) error {
-	t, err := s.names.resolve(op.Address)
-	if err != nil {
-		return invalidArg("%v", err)
+	r := resolver{s: s}
+	if _, _, err := s.validate(op, &r); err != nil {
+		return err
 	}
-	if _, err := s.keyArg(t, op.Address.Key); err != nil {
-		return invalidArg("record %s: %v", op.Address, err)
+	return nil
+}
+
+// validate checks op and returns its table and key argument.
+func (s *Store) validate(op ports.WriteOp, r *resolver) (target, any, *domain.Error) {
+	t, k, err := r.resolve(op.Address)
+	if err != nil {
+		return t, nil, err
 	}
 	switch op.Kind {
 	case ports.WritePut:
 		if err := checkDocument(t, op.Document); err != nil {
-			return invalidArg("record %s: %v", op.Address, err)
+			return t, nil, invalidArg("record %s: %v", op.Address, err)
 		}
 	case ports.WriteDelete:
 	default:
-		return invalidArg("unknown write kind %d", op.Kind)
+		return t, nil, invalidArg("unknown write kind %d", op.Kind)
 	}
-	return validMark(op.Mark)
+	if err := validMark(op.Mark); err != nil {
+		return t, nil, err
+	}
+	return t, k, nil
 }
 
 func checkDocument(t target, d domain.Document) error {
@@ -226,7 +236,7 @@ func checkDocument(t target, d domain.Document) error {
 	return nil
 }
 
-func validMark(m *ports.MarkUpdate) error {
+func validMark(m *ports.MarkUpdate) *domain.Error {
 	if m == nil {
 		return nil
 	}
@@ -384,6 +394,9 @@ func scanRows(t target, rows pgx.Rows, found map[string]*row) error {
 // for the next row (the values it holds are not).
 func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 	defer rows.Close()
+	if t.legacy == nil && rawReadable(rows) {
+		return eachRawRow(rows, nil, emit) // a copy per record: a read keeps few
+	}
 	// One set of destinations for every row: each Scan assigns freshly
 	// allocated values to them.
 	var (
@@ -479,44 +492,108 @@ type group struct {
 	idOf []string // the keyID of each of idx
 	keys []any    // distinct key arguments, in first-seen order
 	ids  []string // their keyIDs
+	// first maps a keyID to the first of idx with that key; nil while the
+	// group has one address.
+	first map[string]int
+	sql   *tableSQL // set once the table is known to exist
 }
 
-// groupBy resolves the addresses and groups them by table; it reports
-// those it cannot resolve through bad.
-func (s *Store) groupBy(n int, addr func(int) domain.Address, bad func(i int, err *domain.Error)) []*group {
-	byT := map[target]*group{}
-	var out []*group
-	seen := map[target]map[string]bool{}
-	for i := 0; i < n; i++ {
-		a := addr(i)
-		t, err := s.names.resolve(a)
-		if err != nil {
-			bad(i, invalidArg("%v", err))
-			continue
+// firstOf returns the first address of the group with keyID id.
+func (g *group) firstOf(id string) (int, bool) {
+	if g.first == nil {
+		if len(g.ids) == 1 && g.ids[0] == id {
+			return g.idx[0], true
 		}
-		k, err := s.keyArg(t, a.Key)
-		if err != nil {
-			bad(i, invalidArg("record %s: %v", a, err))
-			continue
-		}
-		tk := target{Schema: t.Schema, Table: t.Table}
-		g := byT[tk]
-		if g == nil {
-			g = &group{t: t}
-			byT[tk] = g
-			out = append(out, g)
-			seen[tk] = map[string]bool{}
-		}
-		g.idx = append(g.idx, i)
-		id := keyID(k)
-		g.idOf = append(g.idOf, id)
-		if !seen[tk][id] {
-			seen[tk][id] = true
-			g.keys = append(g.keys, k)
-			g.ids = append(g.ids, id)
-		}
+		return 0, false
 	}
-	slices.SortFunc(out, func(a, b *group) int { return strings.Compare(a.t.String(), b.t.String()) })
+	i, ok := g.first[id]
+	return i, ok
+}
+
+// add adds address i with key argument k; more is how many addresses of
+// the call may still come (to size the map once).
+func (g *group) add(i int, k any, more int) {
+	id := keyID(k)
+	g.idx = append(g.idx, i)
+	g.idOf = append(g.idOf, id)
+	if len(g.idx) == 1 {
+		g.keys, g.ids = append(g.keys, k), append(g.ids, id)
+		return
+	}
+	if g.first == nil {
+		g.first = make(map[string]int, 1+more)
+		g.first[g.idOf[0]] = g.idx[0]
+	}
+	if _, ok := g.first[id]; !ok {
+		g.first[id] = i
+		g.keys, g.ids = append(g.keys, k), append(g.ids, id)
+	}
+}
+
+// resolver resolves addresses to their table and key argument, reusing
+// the previous address's table when the dataset is the same (a batch's
+// addresses mostly share one).
+type resolver struct {
+	s      *Store
+	ns, ds string
+	t      target
+	err    error
+	ok     bool
+}
+
+func (r *resolver) resolve(a domain.Address) (target, any, *domain.Error) {
+	if !r.ok || a.Namespace != r.ns || a.Dataset != r.ds {
+		r.t, r.err = r.s.names.resolve(a)
+		r.ns, r.ds, r.ok = a.Namespace, a.Dataset, true
+	}
+	if r.err != nil {
+		return target{}, nil, invalidArg("%v", r.err)
+	}
+	k, err := r.s.keyArg(r.t, a.Key)
+	if err != nil {
+		return target{}, nil, invalidArg("record %s: %v", a, err)
+	}
+	return r.t, k, nil
+}
+
+// groupBy groups n addresses, resolved by at, by table; it reports those
+// that cannot be resolved through bad.
+func groupBy(n int, at func(i int) (target, any, *domain.Error), bad func(i int, err *domain.Error)) []*group {
+	var out []*group
+	var byT map[[2]string]*group // when the call spans tables
+	var last *group
+	for i := 0; i < n; i++ {
+		t, k, err := at(i)
+		if err != nil {
+			bad(i, err)
+			continue
+		}
+		g := last
+		if g == nil || g.t.Schema != t.Schema || g.t.Table != t.Table {
+			tk := [2]string{t.Schema, t.Table}
+			if byT == nil && last != nil {
+				byT = map[[2]string]*group{{last.t.Schema, last.t.Table}: last}
+			}
+			if g = byT[tk]; g == nil {
+				g = &group{t: t}
+				if out == nil {
+					// The call's first table: room for every address
+					// left (most calls have one table).
+					m := n - i
+					g.idx, g.idOf, g.keys, g.ids = make([]int, 0, m), make([]string, 0, m), make([]any, 0, m), make([]string, 0, m)
+				}
+				out = append(out, g)
+				if byT != nil {
+					byT[tk] = g
+				}
+			}
+			last = g
+		}
+		g.add(i, k, n-i)
+	}
+	slices.SortFunc(out, func(a, b *group) int {
+		return cmp.Or(strings.Compare(a.t.Schema, b.t.Schema), strings.Compare(a.t.Table, b.t.Table))
+	})
 	return out
 }
 
@@ -531,7 +608,8 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 		}
 		return out
 	}
-	groups := s.groupBy(len(addrs), func(i int) domain.Address { return addrs[i] }, func(i int, err *domain.Error) { out[i].Err = err })
+	r := resolver{s: s}
+	groups := groupBy(len(addrs), func(i int) (target, any, *domain.Error) { return r.resolve(addrs[i]) }, func(i int, err *domain.Error) { out[i].Err = err })
 	if len(groups) == 0 {
 		return out
 	}
@@ -556,23 +634,17 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			return out
 		}
 		// Each record's first address gets the row; others copy it after.
-		first := make([]map[string]int, len(groups))
 		fill := func(gi int) func(id []byte, r *row) {
+			g := groups[gi]
 			return func(id []byte, r *row) {
-				if i, ok := first[gi][string(id)]; ok {
+				if i, ok := g.firstOf(string(id)); ok {
 					out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: r.doc, Revision: r.rev, Mark: r.mark}}
 				}
 			}
 		}
-		b := &pgx.Batch{}
 		var queued []int
-		for gi, g := range groups {
-			first[gi] = make(map[string]int, len(g.ids))
-			for x := len(g.idx) - 1; x >= 0; x-- {
-				first[gi][g.idOf[x]] = g.idx[x]
-			}
+		for gi := range groups {
 			if exists[gi] {
-				b.Queue(selectSQL(g.t, false), keyArray(g.t, g.keys))
 				queued = append(queued, gi)
 			}
 		}
@@ -582,13 +654,17 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			q, arg := selectSQL(g.t, false), keyArray(g.t, g.keys)
 			if len(g.keys) == 1 && g.t.legacy == nil {
 				// One record: a scalar parameter, cheaper than an array.
-				q, arg = "SELECT k, content_type, doc, rev, mark FROM "+g.t.ident()+" WHERE k = $1", g.keys[0]
+				q, arg = g.sql.selectOne, g.keys[0]
 			}
 			var rows pgx.Rows
 			if rows, err = s.pool.Query(ctx, q, arg); err == nil {
 				err = eachRow(g.t, rows, fill(queued[0]))
 			}
 		} else if len(queued) > 1 {
+			b := &pgx.Batch{}
+			for _, gi := range queued {
+				b.Queue(selectSQL(groups[gi].t, false), keyArray(groups[gi].t, groups[gi].keys))
+			}
 			err = s.runBatch(ctx, b, func(br pgx.BatchResults) error {
 				for _, gi := range queued {
 					rows, err := br.Query()
@@ -618,9 +694,12 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 			fail(err)
 			return out
 		}
-		for gi, g := range groups {
+		for _, g := range groups {
+			if len(g.ids) == len(g.idx) {
+				continue // no record asked for twice
+			}
 			for x, i := range g.idx {
-				f := first[gi][g.idOf[x]]
+				f := g.first[g.idOf[x]]
 				if f == i || !out[f].Found {
 					continue
 				}
@@ -672,8 +751,8 @@ func (s *Store) existing(ctx context.Context, groups []*group) ([]bool, error) {
 	var ask []int
 	s.mu.Lock()
 	for gi, g := range groups {
-		if s.ready[target{Schema: g.t.Schema, Table: g.t.Table}] {
-			out[gi] = true
+		if ts := s.ready[target{Schema: g.t.Schema, Table: g.t.Table}]; ts != nil {
+			out[gi], g.sql = true, ts
 		} else {
 			ask = append(ask, gi)
 		}
@@ -703,11 +782,41 @@ func (s *Store) existing(ctx context.Context, groups []*group) ([]bool, error) {
 			}
 		}
 		out[gi] = true
-		s.mu.Lock()
-		s.ready[target{Schema: g.t.Schema, Table: g.t.Table}] = true
-		s.mu.Unlock()
+		s.setReady(g)
 	}
 	return out, nil
+}
+
+// setReady records that g's table exists and gives g its statements.
+func (s *Store) setReady(g *group) {
+	ts := newTableSQL(g.t)
+	s.mu.Lock()
+	s.ready[target{Schema: g.t.Schema, Table: g.t.Table}] = ts
+	s.mu.Unlock()
+	g.sql = ts
+}
+
+// tableSQL is a ready table's quoted name and, for Sink's tables, the
+// one-row statements of reads and of the direct path (fast.go), built
+// once instead of for every call.
+type tableSQL struct {
+	ident                                                 string
+	selectOne, upsertOne, createOne, updateOne, deleteOne string
+}
+
+func newTableSQL(t target) *tableSQL {
+	id := t.ident()
+	ts := &tableSQL{ident: id}
+	if t.legacy != nil {
+		return ts
+	}
+	ts.selectOne = "SELECT k, content_type, doc, rev, mark FROM " + id + " WHERE k = $1"
+	ts.upsertOne = `INSERT INTO ` + id + ` AS t (k, content_type, doc, rev) VALUES ($1, $2, $3, $4)
+ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUDED.doc, rev = EXCLUDED.rev RETURNING t.xmax <> 0`
+	ts.createOne = `INSERT INTO ` + id + ` (k, content_type, doc, rev) VALUES ($1, $2, $3, $4) ON CONFLICT (k) DO NOTHING RETURNING false`
+	ts.updateOne = `UPDATE ` + id + ` SET content_type = $2, doc = $3, rev = $4 WHERE k = $1 AND ($5::bytea IS NULL OR rev = $5) RETURNING true`
+	ts.deleteOne = `DELETE FROM ` + id + ` WHERE k = $1 AND ($2::bytea IS NULL OR rev = $2) RETURNING true`
+	return ts
 }
 
 // ensure makes sure the groups' tables exist: Sink's tables are created
@@ -730,9 +839,7 @@ func (s *Store) ensure(ctx context.Context, groups []*group) error {
 		if err := s.create(ctx, g.t); err != nil {
 			return err
 		}
-		s.mu.Lock()
-		s.ready[target{Schema: g.t.Schema, Table: g.t.Table}] = true
-		s.mu.Unlock()
+		s.setReady(g)
 	}
 	return nil
 }

@@ -34,17 +34,21 @@ func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteRes
 		return out
 	}
 	var valid []int
+	var ts []target
+	var ks []any
+	r := resolver{s: s}
 	for i := range ops {
-		if err := s.Validate(ops[i]); err != nil {
+		t, k, err := s.validate(ops[i], &r)
+		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		valid = append(valid, i)
+		valid, ts, ks = append(valid, i), append(ts, t), append(ks, k)
 	}
 	if len(valid) == 0 {
 		return out
 	}
-	groups := s.groupBy(len(valid), func(j int) domain.Address { return ops[valid[j]].Address }, func(int, *domain.Error) {})
+	groups := groupBy(len(valid), func(j int) (target, any, *domain.Error) { return ts[j], ks[j], nil }, func(int, *domain.Error) {})
 	if span != nil {
 		spanTargets(span, "write", groups)
 	}
@@ -73,7 +77,7 @@ func (s *Store) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteRes
 		var ph phase
 		var err error
 		if direct {
-			res, ph, err = s.writeDirect(ctx, ops, valid, groups, opGroup, opKey)
+			res, ph, err = s.writeDirect(ctx, ops, valid, groups, opGroup, opKey, ks)
 		} else {
 			res, ph, err = s.writeOnce(ctx, ops, valid, groups, opGroup, opKey)
 		}

@@ -3,6 +3,7 @@ package faults
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -26,7 +27,10 @@ type fault struct {
 	sync bool // synchronous load (WAIT_UNTIL_APPLIED) instead of async accepts
 	// burst sends the load as fast as the server accepts it, so that the
 	// workers have a backlog and work through full batches.
-	burst    bool
+	burst bool
+	// spread runs the load over the fault: it starts with the load and
+	// lasts past it (instead of at a random point of the load).
+	spread   bool
 	describe string
 	inject   func(ctx context.Context, c *cluster, trial int, rng *rand.Rand) (string, error)
 	// only names the database the fault applies to (empty: every one);
@@ -45,7 +49,8 @@ const (
 	loadDuration  = loadPerRecord * loadInterval   // about 3 s
 	stopGrace     = 25 * time.Second               // docker stop grace for SIGTERM
 	connKillTime  = 3 * time.Second                // db-connections: how long Sink's backends are terminated
-	connKillEvery = 100 * time.Millisecond         // db-connections: between two rounds
+	connKillEvery = 100 * time.Millisecond         // db-connections: between two rounds that end every backend
+	connPollEvery = 20 * time.Millisecond          // db-connections: between two rounds that end the backends in flight (at 2 ms no statement got through for the whole fault)
 	allFaults     = "worker-sigkill,worker-freeze,db-pause,db-kill,db-connections,worker-partition,broker-restart,server-sigterm"
 	defaultTrials = "worker-sigkill=3,worker-freeze=2,db-pause=2,worker-partition=2,broker-restart=2,server-sigterm=2"
 	// defaultTrialsPostgres: SINK_FAULTS_DB=postgres runs the database
@@ -124,29 +129,41 @@ func faults() []fault {
 			},
 		},
 		{
-			name:     "db-connections",
-			only:     dbPostgres,
-			burst:    true,
-			describe: fmt.Sprintf("pg_terminate_backend of every backend of the Sink processes, every %s for %s, under a backlog (each trial's detail says in which states the backends were: idle, active, idle in transaction)", connKillEvery, connKillTime),
+			name: "db-connections",
+			only: dbPostgres,
+			// No burst: the load runs through the fault, so that the
+			// workers are writing while their connections are cut.
+			spread:   true,
+			describe: fmt.Sprintf("pg_terminate_backend of the Sink processes' backends for %s while the load runs: every %s those running a statement or inside a transaction, every %s all of them; the trial fails unless at least one was cut in flight (each trial's detail says how many, and in which states)", connKillTime, connPollEvery, connKillEvery),
 			inject: func(ctx context.Context, c *cluster, trial int, rng *rand.Rand) (string, error) {
-				ended := map[string]int{}
-				rounds := 0
+				k, err := newBackendKiller(ctx, c.pgPort)
+				if err != nil {
+					return "", err
+				}
+				defer k.close()
+				rounds, total := 0, 0
+				lastAll := time.Time{}
 				for end := time.Now().Add(connKillTime); time.Now().Before(end); rounds++ {
-					n, err := terminateSinkBackends(ctx, c.pgPort)
+					all := time.Since(lastAll) >= connKillEvery
+					if all {
+						lastAll = time.Now()
+					}
+					n, err := k.terminate(ctx, !all)
 					if err != nil {
 						return "", err
 					}
-					for k, v := range n {
-						ended[k] += v
-					}
-					ctxtime.Sleep(ctx, connKillEvery) // the fault's rhythm
+					total += n
+					ctxtime.Sleep(ctx, connPollEvery) // the fault's rhythm
 				}
-				total, states := 0, []string{}
-				for _, k := range slices.Sorted(maps.Keys(ended)) {
-					total += ended[k]
-					states = append(states, fmt.Sprintf("%d %s", ended[k], k))
+				states := []string{}
+				for _, s := range slices.Sorted(maps.Keys(k.ended)) {
+					states = append(states, fmt.Sprintf("%d %s", k.ended[s], s))
 				}
-				return fmt.Sprintf("%d backends terminated in %d rounds (%s);", total, rounds, strings.Join(states, ", ")), nil
+				detail := fmt.Sprintf("%d backends terminated in %d rounds, %d of them in flight (%s);", total, rounds, k.inFlight, strings.Join(states, ", "))
+				if k.inFlight == 0 {
+					return detail, missedFault{"no backend was running a statement or inside a transaction when it was terminated"}
+				}
+				return detail, nil
 			},
 		},
 		{
@@ -203,6 +220,12 @@ func faults() []fault {
 		},
 	}
 }
+
+// missedFault is the error of a fault that ran but did not hit what it
+// is for (db-connections: no backend cut in flight).
+type missedFault struct{ what string }
+
+func (m missedFault) Error() string { return m.what }
 
 // trialsConfig parses SINK_FAULTS_TRIALS over the defaults of the database.
 func trialsConfig(database string) (map[string]int, error) {
@@ -328,6 +351,9 @@ func runTrial(t *testing.T, ctx context.Context, c *cluster, f fault, trial int,
 	}
 	l := newLoad(fmt.Sprintf("%s-%d", f.name, trial), loadRecords, loadPerRecord, interval, f.sync)
 	at := time.Duration(float64(loadDuration) * (0.15 + 0.5*rng.Float64()))
+	if f.spread {
+		at = 0
+	}
 	loadDone := make(chan struct{})
 	go func() {
 		defer close(loadDone)
@@ -337,7 +363,13 @@ func runTrial(t *testing.T, ctx context.Context, c *cluster, f fault, trial int,
 	faultStart := time.Now()
 	detail, err := f.inject(ctx, c, trial, rng)
 	healed := time.Now()
-	if err != nil {
+	var missed missedFault
+	if errors.As(err, &missed) {
+		// The fault ran but did not hit what it is for: the trial fails,
+		// and its load is still checked.
+		t.Errorf("%s trial %d: %s", f.name, trial, missed.what)
+		detail += " " + missed.what + ";"
+	} else if err != nil {
 		t.Fatalf("injecting %s: %v", f.name, err)
 	}
 	progress := "?"
@@ -350,6 +382,7 @@ func runTrial(t *testing.T, ctx context.Context, c *cluster, f fault, trial int,
 	}
 	<-loadDone
 	res := trialResult{fault: f.name, trial: trial, detail: strings.TrimSpace(fmt.Sprintf("%s at %s, lasted %s, %s applications in storage as it ended", detail, at.Round(time.Millisecond), healed.Sub(faultStart).Round(time.Millisecond), progress))}
+	res.failed = missed.what != ""
 	cnt, err := awaitApplied(ctx, c, l, recoveryLimit)
 	res.recovery = time.Since(healed)
 	_, _, _, retryable, wrong := l.snapshot()

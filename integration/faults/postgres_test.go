@@ -390,35 +390,60 @@ func awaitPostgres(ctx context.Context, db *container, port int, limit time.Dura
 	}
 }
 
-// terminateSinkBackends ends every backend of the Sink processes
-// (application_name sink) with pg_terminate_backend and returns how many
-// it ended in each state (active, idle in transaction, idle).
-func terminateSinkBackends(ctx context.Context, port int) (map[string]int, error) {
+// backendKiller terminates backends of the Sink processes
+// (application_name sink) over one admin connection and counts them by the
+// state pg_stat_activity gave them as they were terminated.
+type backendKiller struct {
+	conn  *pgx.Conn
+	ended map[string]int // by state: active, idle in transaction, idle
+	// inFlight counts the terminated backends that were running a
+	// statement or inside a transaction (xact_start set).
+	inFlight int
+}
+
+func newBackendKiller(ctx context.Context, port int) (*backendKiller, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, pgAdminURL(port, "postgres"))
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to PostgreSQL: %s", pgScrub(err))
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(cctx, `SELECT coalesce(state, '?'), pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE application_name = 'sink' AND backend_type = 'client backend' AND pid <> pg_backend_pid()`)
-	if err != nil {
-		return nil, fmt.Errorf("pg_terminate_backend: %s", pgScrub(err))
+	return &backendKiller{conn: conn, ended: map[string]int{}}, nil
+}
+
+func (k *backendKiller) close() { _ = k.conn.Close(context.Background()) }
+
+// terminate ends the Sink backends, all of them, or (inFlightOnly) those
+// running a statement or inside a transaction, and returns how many.
+func (k *backendKiller) terminate(ctx context.Context, inFlightOnly bool) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	q := `SELECT coalesce(state, '?'), xact_start IS NOT NULL OR state = 'active', pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = 'sink' AND backend_type = 'client backend' AND pid <> pg_backend_pid()`
+	if inFlightOnly {
+		q += ` AND (state = 'active' OR xact_start IS NOT NULL)`
 	}
-	out := map[string]int{}
+	rows, err := k.conn.Query(cctx, q)
+	if err != nil {
+		return 0, fmt.Errorf("pg_terminate_backend: %s", pgScrub(err))
+	}
 	var state string
-	var ended bool
-	_, err = pgx.ForEachRow(rows, []any{&state, &ended}, func() error {
+	var busy, ended bool
+	n := 0
+	_, err = pgx.ForEachRow(rows, []any{&state, &busy, &ended}, func() error {
 		if ended {
-			out[state]++
+			n++
+			k.ended[state]++
+			if busy {
+				k.inFlight++
+			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pg_terminate_backend: %s", pgScrub(err))
+		return n, fmt.Errorf("pg_terminate_backend: %s", pgScrub(err))
 	}
-	return out, nil
+	return n, nil
 }
 
 // pgScrub is an error's text without any part of the test password.
