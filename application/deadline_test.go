@@ -146,11 +146,10 @@ func TestDeadlineInTheQueueLeavesAndWritesNothing(t *testing.T) {
 // told to proceed, with one write at storage, and queues one Write per
 // call of write (in that order) behind it.
 type batchAt struct {
-	s       *Service
-	st      *ctxStorage
-	queued  chan struct{}
-	wg      sync.WaitGroup
-	release chan struct{}
+	s      *Service
+	st     *ctxStorage
+	queued chan struct{}
+	wg     sync.WaitGroup
 }
 
 func newBatchAt(t *testing.T) *batchAt {
