@@ -14,6 +14,7 @@ import (
 	"github.com/sink-io/sink/adapters/mongodb"
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/testkit/mergebench"
 	"github.com/sink-io/sink/internal/testkit/mongotest"
 	"github.com/sink-io/sink/ports"
 )
@@ -324,4 +325,20 @@ func BenchmarkBatchPutMarked500x1KB(b *testing.B) {
 	}
 	b.ReportMetric(mean(p.times[1])/plain, "marked/plain")
 	b.ReportMetric(mean(p.times[2])/plain, "plain-on-marked/plain")
+}
+
+// BenchmarkMergeContention: 16 clients merging through the application
+// (counting profile, BSON documents) into one hot record, or spread over
+// 100 records, the same cases as the PostgreSQL adapter's
+// (mergebench.Run):
+//
+//	go test ./adapters/mongodb/ -run '^$' -bench MergeContention -benchtime 2000x
+func BenchmarkMergeContention(b *testing.B) {
+	srv := mongotest.Shared(b)
+	c := client(b, srv.URI())
+	for _, keys := range []int{1, 100} {
+		b.Run(mergebench.Name(keys), func(b *testing.B) {
+			mergebench.Run(b, newStore(b, c, mongodb.Options{}), freshDatabase(b, c), "hot", keys, domain.ContentTypeBSON)
+		})
+	}
 }

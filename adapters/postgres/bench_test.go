@@ -5,18 +5,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sink-io/sink/adapters/postgres"
-	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/domain"
-	"github.com/sink-io/sink/internal/testkit/countprofile"
+	"github.com/sink-io/sink/internal/testkit/mergebench"
 	"github.com/sink-io/sink/ports"
-	"github.com/sink-io/sink/ports/storagetest"
 )
 
 // Adapter vs raw pgx doing the same work on the same server, one run,
@@ -290,59 +287,13 @@ ON CONFLICT (k) DO UPDATE SET content_type = EXCLUDED.content_type, doc = EXCLUD
 }
 
 // BenchmarkMergeContention: 16 clients merging through the application
-// (counting profile) into one hot record, or spread over 100 records.
-// Reports merges/s, the storage's conditional writes that met a concurrent
-// change per merge, and ABORTED merges (attempts ran out).
+// (counting profile) into one hot record, or spread over 100 records
+// (mergebench.Run, which the MongoDB adapter's benchmark runs too).
 func BenchmarkMergeContention(b *testing.B) {
 	for _, keys := range []int{1, 100} {
-		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+		b.Run(mergebench.Name(keys), func(b *testing.B) {
 			p, _ := newPool(b, 16)
-			d := storagetest.NewDelayed(newStore(b, p, postgres.Options{}), 0) // counts conflicts
-			cfg := application.DefaultConfig()
-			svc, err := application.NewService(cfg, d, []ports.MergeProfile{countprofile.New()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			intent, err := countprofile.Encode(domain.ContentTypeJSON, countprofile.Intent{Add: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			var next atomic.Int64
-			var aborted atomic.Int64
-			b.SetParallelism(8) // 16 clients on 2 processors
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					a := domain.Address{Store: cfg.Store, Namespace: "bench", Dataset: "hot", Key: domain.Int64Key(next.Add(1) % int64(keys))}
-					res, err := svc.Write(ctx, []domain.Mutation{{Kind: domain.MutationMerge, Address: a, Merge: domain.MergeIntent{Profile: countprofile.Name, Intent: intent}}}, application.WaitUntilApplied)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if res[0].Status != application.StatusApplied {
-						if domain.CodeOf(res[0].Err) == domain.CodeAborted {
-							aborted.Add(1)
-							continue
-						}
-						b.Errorf("merge: %+v", res[0])
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			// Every applied merge counted once.
-			var total int64
-			if err := p.QueryRow(ctx, `SELECT coalesce(sum((convert_from(doc, 'UTF8')::jsonb->>'n')::bigint), 0) FROM bench.hot`).Scan(&total); err != nil {
-				b.Fatal(err)
-			}
-			if total != int64(b.N)-aborted.Load() {
-				b.Fatalf("the records count %d merges, %d were applied", total, int64(b.N)-aborted.Load())
-			}
-			st := d.Stats()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "merges/s")
-			b.ReportMetric(float64(st.Conflicts)/float64(b.N), "conflicts/merge")
-			b.ReportMetric(float64(aborted.Load()), "aborted")
+			mergebench.Run(b, newStore(b, p, postgres.Options{}), "bench", "hot", keys, domain.ContentTypeJSON)
 		})
 	}
 }

@@ -112,8 +112,7 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 		st.rows = append(st.rows, r)
 	}
 	var order []*directStmt
-	var sqls []string
-	var args [][]any
+	var tables []*tableSQL
 	for gi, g := range groups {
 		for _, st := range stmts[gi] {
 			if st == nil {
@@ -121,14 +120,22 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 			}
 			// Key order: concurrent calls lock rows in the same order.
 			slices.SortFunc(st.rows, func(a, b directRow) int { return bytes.Compare(a.key, b.key) })
-			q, a := directSQL(g.sql, st, ops, valid)
-			order, sqls, args = append(order, st), append(sqls, q), append(args, a)
+			order, tables = append(order, st), append(tables, g.sql)
 		}
+	}
+	// A call of one row takes the one-row statement (its one answer:
+	// whether the row existed); every statement of any other call answers
+	// each changed row's key and whether it existed (readDirect), even a
+	// statement of one row beside others.
+	one := len(order) == 1 && len(order[0].rows) == 1
+	sqls, args := make([]string, len(order)), make([][]any, len(order))
+	for x, st := range order {
+		sqls[x], args[x] = directSQL(tables[x], st, ops, valid, one)
 	}
 	var err error
 	var pending []int
 	switch {
-	case len(order) == 1 && len(order[0].rows) == 1:
+	case one:
 		// One row: a plain query whose one answer is whether the row
 		// existed, or no row when nothing changed.
 		st, r := order[0], &order[0].rows[0]
@@ -183,12 +190,13 @@ func (s *Store) writeDirect(ctx context.Context, ops []ports.WriteOp, valid []in
 	return res, 0, nil
 }
 
-// directSQL returns the statement of st and its arguments; one of several
-// rows returns each changed row's key and whether it existed, one row
-// whether it existed (see directOneSQL).
-func directSQL(t *tableSQL, st *directStmt, ops []ports.WriteOp, valid []int) (string, []any) {
+// directSQL returns the statement of st and its arguments: with one (the
+// call's only statement, of one row) the one-row statement, which returns
+// whether the row existed (see directOneSQL); otherwise one that returns
+// each changed row's key and whether it existed.
+func directSQL(t *tableSQL, st *directStmt, ops []ports.WriteOp, valid []int, one bool) (string, []any) {
 	n := len(st.rows)
-	if n == 1 {
+	if one {
 		return directOneSQL(t, st, ops, valid)
 	}
 	keys := make([][]byte, n)

@@ -108,6 +108,7 @@ func Run(t *testing.T, fx Fixtures, f Features) {
 		{"Deletes", testDeletes},
 		{"SameRecordOrderingInOneBatch", testSameRecordOrdering},
 		{"MixedBatchResultsPerOperation", testMixedBatch},
+		{"OneOperationOfAKindBesideOthers", testOneOfAKind},
 		{"LargeAndEmptyDocuments", testLargeAndEmpty},
 		{"EveryKeyKind", testKeyKinds},
 		{"ConcurrentReadModifyWrite", testConcurrentMerges},
@@ -431,6 +432,55 @@ func testMixedBatch(t *testing.T, h *harness) {
 		h.expectCounter(a, want)
 		if i%4 == 1 {
 			h.expectCounter(h.key(fmt.Sprintf("mixed-new-%d", i)), 200+i)
+		}
+	}
+}
+
+// testOneOfAKind: calls of one operation of a kind beside two of another
+// (every pair of create, unconditional put, revision put and delete), the
+// shapes an adapter may write with different statements in one call; every
+// operation gets its own result and its effect.
+func testOneOfAKind(t *testing.T, h *harness) {
+	kinds := []string{"create", "put", "revision put", "delete"}
+	for _, one := range kinds {
+		for _, two := range kinds {
+			if one == two {
+				continue
+			}
+			var ops []ports.WriteOp
+			var want []int // the record's counter after the call; -1: deleted
+			for n, kind := range []string{one, two, two} {
+				a := h.key(fmt.Sprintf("one-of-a-kind %s beside %s #%d", one, two, n))
+				var prior domain.Revision
+				if kind != "create" {
+					prior = h.writeOK(put(a, h.doc(a, 1), none)).Revision
+				}
+				switch kind {
+				case "create":
+					ops, want = append(ops, put(a, h.doc(a, 2), absent)), append(want, 2)
+				case "put":
+					ops, want = append(ops, put(a, h.doc(a, 3), none)), append(want, 3)
+				case "revision put":
+					ops, want = append(ops, put(a, h.doc(a, 4), rev(prior))), append(want, 4)
+				case "delete":
+					ops, want = append(ops, del(a, rev(prior))), append(want, -1)
+				}
+			}
+			for n, r := range h.write(ops...) {
+				if r.Err != nil {
+					t.Fatalf("%s beside %s, operation %d: %v", one, two, n, r.Err)
+				}
+				a := ops[n].Address
+				if want[n] < 0 {
+					if got := h.read(a)[0]; got.Found {
+						t.Fatalf("%s beside %s: the deleted record %v is still there", one, two, a)
+					}
+					continue
+				}
+				if got := h.expectCounter(a, want[n]); got.Revision != r.Revision {
+					t.Fatalf("%s beside %s, operation %d: revision %q written, %q stored", one, two, n, r.Revision, got.Revision)
+				}
+			}
 		}
 	}
 }
