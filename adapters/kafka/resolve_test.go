@@ -195,6 +195,48 @@ func TestFencedWorkerWithholdsDeadLetters(t *testing.T) {
 	}
 }
 
+// A fenced worker resolves a failed mutation it overtook before
+// dead-lettering it: another worker may have applied it while this one was
+// frozen (its own failure then says nothing), and a dead letter is only
+// ever a mutation that was not applied.
+func TestFencedWorkerResolvesWhatItOvertook(t *testing.T) {
+	env := newConsumerEnv(t, 1)
+	env.submit(t,
+		testMutation("overtaken", "k1"), testMutation("after-overtaken", "k1"),
+		testMutation("alone", "k2"),
+	)
+	h := &resolvingHandler{fakeHandler: fakeHandler{outcome: func(_ context.Context, m domain.Mutation) ports.ApplyOutcome {
+		if m.ID == "overtaken" || m.ID == "alone" {
+			return ports.ApplyOutcome{Err: domain.Errorf(domain.CodeInvalidArgument, "the profile rejected the intent"), Attempts: 1}
+		}
+		return ports.ApplyOutcome{Attempts: 1}
+	}}, resolutions: map[string][]ports.Resolution{"overtaken": {ports.ResolutionApplied}}}
+	cl, err := NewClient(ClientConfig{Brokers: env.brokers, GroupID: "g", Topic: "muts", SessionTimeout: 6 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := NewSubscriber(cl, SubscriberConfig{Topic: "muts", MaxPollRecords: 100, Logger: quietLogger(), RedeliveryDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &fencedSubscriber{Subscriber: inner}
+	w, err := NewWorker(sub, NewPublisher(cl), h, WorkerConfig{Topic: "muts", DeadLetterTopic: "muts.dlq", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stop(t, w, cl, 5*time.Second) })
+	waitFor(t, 20*time.Second, "the batch handled", func() bool {
+		st := w.Stats()
+		return st.Withheld >= 1 && slices.Contains(h.askedIDs(), "overtaken")
+	})
+	if got := deadLetterIDs(t, env.brokers); len(got) != 0 {
+		t.Fatalf("dead letters %v, want none: the overtaken mutation was applied by another worker", got)
+	}
+}
+
 // CheckFence asks the group coordinator: a member of a stable group owns
 // its partitions; while the group rebalances (another member joined, and
 // this one still holds its poll), it may not.

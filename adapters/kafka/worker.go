@@ -799,7 +799,9 @@ func (w *Worker) park(muts []domain.Mutation, owners []int, outcomes []ports.App
 
 // resolve settles, before they are dead-lettered, the failed mutations
 // whose failure may hide a write that took place (deadLetterInfo.
-// uncertain): the handler (a ports.MutationResolver) reads their records'
+// uncertain), and those this batch overtook (deadLetterInfo.overtaken),
+// which may have been applied by another worker while this one was
+// frozen: the handler (a ports.MutationResolver) reads their records'
 // applied marks in one call. One found applied, or passed by a later
 // mutation of its record that this batch did not write (another worker
 // handled it), is acked without a dead letter, counted as skipped; one
@@ -814,7 +816,10 @@ func (w *Worker) resolve(muts []domain.Mutation, entries []*batchEntry, srcs []s
 	var idx []int
 	var ask []domain.Mutation
 	for i, d := range dead {
-		if d != nil && d.uncertain && d.mut >= 0 && !beyond(stopAt, srcs[i]) {
+		// An overtaken failure is dead-lettered even by a fenced worker
+		// (deadLetters), so it is resolved too, however certain its own
+		// failure: another worker may have applied it meanwhile.
+		if d != nil && (d.uncertain || d.overtaken) && d.mut >= 0 && !beyond(stopAt, srcs[i]) {
 			idx = append(idx, i)
 			ask = append(ask, muts[d.mut])
 		}
