@@ -163,6 +163,26 @@ func TestFencedWorkerWithholdsDeadLetters(t *testing.T) {
 		}
 		return ports.ApplyOutcome{Attempts: 1}
 	}}
+	w, sub := startFencedWorker(t, env, h)
+	waitFor(t, 20*time.Second, "the batch handled", func() bool {
+		st := w.Stats()
+		return st.DeadLettered >= 1 && st.Withheld >= 1
+	})
+	if got := deadLetterIDs(t, env.brokers); !slices.Equal(got, []string{"overtaken"}) {
+		t.Fatalf("dead letters %v, want only [overtaken]", got)
+	}
+	sub.mu.Lock()
+	checks := sub.checks
+	sub.mu.Unlock()
+	if checks == 0 {
+		t.Fatal("the worker did not ask the group coordinator before writing dead letters")
+	}
+}
+
+// startFencedWorker starts a worker of handler h on env's topic "muts"
+// whose subscriber reports it fenced (fencedSubscriber).
+func startFencedWorker(t *testing.T, env consumerEnv, h ports.MutationHandler) (*Worker, *fencedSubscriber) {
+	t.Helper()
 	cl, err := NewClient(ClientConfig{Brokers: env.brokers, GroupID: "g", Topic: "muts", SessionTimeout: 6 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -180,19 +200,7 @@ func TestFencedWorkerWithholdsDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stop(t, w, cl, 5*time.Second) })
-	waitFor(t, 20*time.Second, "the batch handled", func() bool {
-		st := w.Stats()
-		return st.DeadLettered >= 1 && st.Withheld >= 1
-	})
-	if got := deadLetterIDs(t, env.brokers); !slices.Equal(got, []string{"overtaken"}) {
-		t.Fatalf("dead letters %v, want only [overtaken]", got)
-	}
-	sub.mu.Lock()
-	checks := sub.checks
-	sub.mu.Unlock()
-	if checks == 0 {
-		t.Fatal("the worker did not ask the group coordinator before writing dead letters")
-	}
+	return w, sub
 }
 
 // A fenced worker resolves a failed mutation it overtook before
@@ -211,23 +219,7 @@ func TestFencedWorkerResolvesWhatItOvertook(t *testing.T) {
 		}
 		return ports.ApplyOutcome{Attempts: 1}
 	}}, resolutions: map[string][]ports.Resolution{"overtaken": {ports.ResolutionApplied}}}
-	cl, err := NewClient(ClientConfig{Brokers: env.brokers, GroupID: "g", Topic: "muts", SessionTimeout: 6 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner, err := NewSubscriber(cl, SubscriberConfig{Topic: "muts", MaxPollRecords: 100, Logger: quietLogger(), RedeliveryDelay: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := &fencedSubscriber{Subscriber: inner}
-	w, err := NewWorker(sub, NewPublisher(cl), h, WorkerConfig{Topic: "muts", DeadLetterTopic: "muts.dlq", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stop(t, w, cl, 5*time.Second) })
+	w, _ := startFencedWorker(t, env, h)
 	waitFor(t, 20*time.Second, "the batch handled", func() bool {
 		st := w.Stats()
 		return st.Withheld >= 1 && slices.Contains(h.askedIDs(), "overtaken")
