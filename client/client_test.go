@@ -518,3 +518,33 @@ func (c *capture) intercept(ctx context.Context, method string, req, reply any, 
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
+
+// A request the server refuses up front because its deadline leaves too
+// little time (SINK_MIN_DEADLINE) did nothing, and the client says so:
+// ErrDeadlineExceeded, sent once, never an unknown outcome (the gRPC code
+// alone, DEADLINE_EXCEEDED, would not tell it from a call cut off while
+// it ran; the server's google.rpc.ErrorInfo reason does).
+func TestDeadlineRefusedByTheServerIsNotAnUnknownOutcome(t *testing.T) {
+	st := newFaultStore()
+	srv := sinktest.Start(t, sinktest.WithStorage(st), sinktest.WithEnv("SINK_MIN_DEADLINE", "1h"))
+	for _, keyed := range []bool{false, true} {
+		opts := []client.Option{client.WithRetry(5, time.Millisecond, 10*time.Millisecond)}
+		if keyed {
+			opts = append(opts, client.WithAutoIdempotencyKeys())
+		}
+		ds := srv.NewClient(t, opts...).Dataset("shop", "orders")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := ds.Put(ctx, client.StringKey("o-1"), order{Customer: "ada", Total: 1})
+		cancel()
+		var oe *client.OperationError
+		if !errors.Is(err, client.ErrDeadlineExceeded) || errors.Is(err, client.ErrOutcomeUnknown) || !errors.As(err, &oe) {
+			t.Fatalf("keyed %v: Put = %v, want ErrDeadlineExceeded (nothing was done)", keyed, err)
+		}
+		if oe.Attempts != 1 || oe.Retryable() {
+			t.Fatalf("keyed %v: %#v: want one attempt, not retryable with the same deadline", keyed, oe)
+		}
+		if arrivals, _ := st.counts("o-1"); arrivals != 0 {
+			t.Fatalf("keyed %v: the put reached storage %d times", keyed, arrivals)
+		}
+	}
+}

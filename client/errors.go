@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -160,7 +161,26 @@ func statusError(err error) *OperationError {
 	}
 	st := status.Convert(err)
 	c := st.Code()
-	return &OperationError{Code: c, Reason: codeReason(c), Message: st.Message(), retryable: c == codes.Unavailable || c == codes.ResourceExhausted || c == codes.Aborted, cause: err}
+	return &OperationError{Code: c, Reason: statusReason(st), Message: st.Message(), retryable: c == codes.Unavailable || c == codes.ResourceExhausted || c == codes.Aborted, cause: err}
+}
+
+// serverErrorDomain is the google.rpc.ErrorInfo domain of Sink's reasons in
+// whole-request status errors (the server's sinkgrpc.ErrorDomain).
+const serverErrorDomain = "sink.v1"
+
+// statusReason is the reason of a whole-request status: the one the server
+// put into its google.rpc.ErrorInfo when it knows it (DEADLINE_EXCEEDED
+// there is "refused before anything was done", not an unknown outcome),
+// else the gRPC code's.
+func statusReason(st *status.Status) string {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == serverErrorDomain {
+			if _, known := reasons[ei.GetReason()]; known {
+				return ei.GetReason()
+			}
+		}
+	}
+	return codeReason(st.Code())
 }
 
 func notFound(what string) *OperationError {

@@ -394,9 +394,25 @@ func (c *Client) fileOne(o *op, st sinkv1.OperationStatus, pe *sinkv1.OperationE
 func (c *Client) fileCallError(ctx context.Context, s *server, ops []*op, err error, tr *callTrace) {
 	e := statusError(err)
 	answered, sent := tr.answered.Load(), tr.sent.Load()
+	// A status the server sent is a whole-request verdict taken before
+	// anything was applied, except for the codes of a request that ran
+	// (a call cut off at its deadline, a cancellation, a crash). The
+	// server's refusal of a deadline too short to start with carries the
+	// reason DEADLINE_EXCEEDED: nothing was done.
+	ran := e.Code == codes.DeadlineExceeded && e.Reason != "DEADLINE_EXCEEDED" ||
+		e.Code == codes.Canceled || e.Code == codes.Internal || e.Code == codes.Unknown || e.Code == codes.DataLoss
+	notApplied := !sent || answered && !ran
 	if ctx.Err() != nil {
 		// The caller gave up: no more attempts.
 		for _, o := range ops {
+			if answered && e.Reason == "DEADLINE_EXCEEDED" {
+				// The server refused the request for its deadline
+				// before doing anything: exact, not an unknown outcome.
+				ce := *e
+				ce.Attempts, ce.cause = o.attempts, ctx.Err()
+				o.fail(&ce)
+				continue
+			}
 			if o.kind != opRead && sent && !answered {
 				o.fail(unknownOutcome(o, "the caller's context ended after the request was sent: "+ctx.Err().Error(), ctx.Err()))
 			} else {
@@ -417,10 +433,6 @@ func (c *Client) fileCallError(ctx context.Context, s *server, ops []*op, err er
 			}
 		}
 	}
-	// A status the server sent is a whole-request verdict taken before
-	// anything was applied, except for the codes of a request that ran
-	// (its deadline, a cancellation, a crash).
-	notApplied := !sent || answered && !(e.Code == codes.DeadlineExceeded || e.Code == codes.Canceled || e.Code == codes.Internal || e.Code == codes.Unknown || e.Code == codes.DataLoss)
 	transient := e.Code == codes.Unavailable || e.Code == codes.ResourceExhausted || e.Code == codes.Aborted ||
 		!answered && (e.Code == codes.DeadlineExceeded || e.Code == codes.Canceled)
 	for _, o := range ops {

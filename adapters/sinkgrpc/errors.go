@@ -10,11 +10,16 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sink-io/sink/domain"
 	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of the reasons Sink puts
+// into whole-request status errors.
+const ErrorDomain = "sink.v1"
 
 // grpcCode is the one place that maps domain error classes to gRPC codes,
 // for whole-request status errors and per-operation errors alike.
@@ -80,12 +85,20 @@ func StatusError(err error) error {
 		return status.Error(codes.Canceled, validMessage(e.Error()))
 	}
 	st := status.New(grpcCode(e.Code), validMessage(e.Error()))
+	// google.rpc.ErrorInfo carries Sink's reason, as an OperationError's
+	// reason does for one operation: one gRPC code stands for several of
+	// Sink's classes (DEADLINE_EXCEEDED is both "refused before anything
+	// was done" and, per operation, "outcome unknown"), and a client must
+	// tell a whole-request verdict taken before anything ran from a call
+	// cut off while it ran.
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: e.Code.String(), Domain: ErrorDomain}}
 	if e.RetryAfter > 0 {
 		// google.rpc.RetryInfo tells clients (and grpc-go's retry policy) when to come back.
 		delay := (e.RetryAfter + time.Millisecond - 1).Truncate(time.Millisecond)
-		if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
-			st = withInfo
-		}
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+	}
+	if withInfo, err := st.WithDetails(details...); err == nil {
+		st = withInfo
 	}
 	return st.Err()
 }

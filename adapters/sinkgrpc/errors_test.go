@@ -176,3 +176,38 @@ func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 		t.Fatalf("a valid request: %v (handler calls %d)", err, api.calls.Load())
 	}
 }
+
+// Whole-request status errors carry Sink's reason in a google.rpc.ErrorInfo:
+// DEADLINE_EXCEEDED is one gRPC code for a request refused before anything
+// was done and for an outcome cut off while it ran.
+func TestStatusErrorsCarrySinksReason(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		code   codes.Code
+		reason string
+	}{
+		{domain.Errorf(domain.CodeDeadlineExceeded, "too late; nothing was done"), codes.DeadlineExceeded, "DEADLINE_EXCEEDED"},
+		{domain.Errorf(domain.CodeOutcomeUnknown, "cut off"), codes.DeadlineExceeded, "OUTCOME_UNKNOWN"},
+		{&domain.Error{Code: domain.CodeResourceExhausted, Message: "full", RetryAfter: time.Second}, codes.ResourceExhausted, "RESOURCE_EXHAUSTED"},
+	} {
+		st := status.Convert(StatusError(c.err))
+		var reason string
+		var retry bool
+		for _, d := range st.Details() {
+			switch d := d.(type) {
+			case *errdetails.ErrorInfo:
+				if d.GetDomain() == ErrorDomain {
+					reason = d.GetReason()
+				}
+			case *errdetails.RetryInfo:
+				retry = true
+			}
+		}
+		if st.Code() != c.code || reason != c.reason {
+			t.Errorf("%v: code %v reason %q, want %v %q", c.err, st.Code(), reason, c.code, c.reason)
+		}
+		if want := c.code == codes.ResourceExhausted; retry != want {
+			t.Errorf("%v: RetryInfo %v, want %v", c.err, retry, want)
+		}
+	}
+}
