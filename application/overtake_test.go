@@ -3,8 +3,9 @@ package application_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/application"
@@ -14,7 +15,7 @@ import (
 
 // frozenProfile is merge profile "add" of a worker that freezes in the
 // middle of the merge of f (intent fIntent): it says so on entered, and
-// fails it once release is closed (past its budget, or not). It
+// fails it once release is closed. It
 // cannot merge f (a later try of it fails at once); other merges add.
 type frozenProfile struct {
 	addProfile
@@ -38,9 +39,10 @@ func (p *frozenProfile) Merge(ctx context.Context, in ports.MergeInput) (domain.
 }
 
 // overtakeRace runs worker A's call [f: a merge at offset 10, g: a put (or,
-// with foldG, a merge) at offset 100] of record k. A's merge of f freezes
-// past its budget; meanwhile other runs first (another worker, writing
-// the same storage); then A goes on: f fails, and g is written.
+// with foldG, a merge) at offset 100] of record k. A freezes in the merge
+// of f (as a worker stopped by SIGSTOP whose merge budget then runs out);
+// meanwhile other runs (another worker, writing the same storage); then A
+// goes on: f fails, and g is written.
 func overtakeRace(t *testing.T, batch, foldG bool, other func(b *application.Service)) []ports.ApplyOutcome {
 	t.Helper()
 	mem := memory.New()
@@ -49,7 +51,6 @@ func overtakeRace(t *testing.T, batch, foldG bool, other func(b *application.Ser
 		cfg := application.DefaultConfig()
 		cfg.Apply.BaseBackoff, cfg.Apply.MaxBackoff = 0, 0
 		cfg.Batch.Enabled = batch
-		cfg.Merge.Timeout = 20 * time.Millisecond
 		s, err := application.NewService(cfg, mem, []ports.MergeProfile{p})
 		if err != nil {
 			t.Fatal(err)
@@ -141,5 +142,88 @@ func TestFailureNotOvertakenWithoutALaterMarkedWrite(t *testing.T) {
 	out = s.ApplyMutations(ctx, []domain.Mutation{queued(bad, "f2", 20), queued(put("k", 2), "p2", 21)})
 	if out[0].Err == nil || !out[0].Overtaken {
 		t.Fatalf("a failure followed by a put of its record: %+v, want overtaken", out[0])
+	}
+}
+
+// lostWriteOf is a storage whose first write carrying mark ID id ends with
+// an unknown outcome: written (landed) or not.
+type lostWriteOf struct {
+	ports.Storage
+	id     string
+	landed bool
+	mu     sync.Mutex
+	done   bool
+}
+
+func (s *lostWriteOf) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
+	s.mu.Lock()
+	lose := -1
+	for k, op := range ops {
+		if !s.done && op.Mark != nil && slices.Contains(op.Mark.IDs, s.id) {
+			lose, s.done = k, true
+		}
+	}
+	s.mu.Unlock()
+	if lose < 0 {
+		return s.Storage.Write(ctx, ops)
+	}
+	var out []ports.WriteResult
+	if s.landed {
+		out = s.Storage.Write(ctx, ops)
+	} else {
+		out = s.Storage.Write(ctx, slices.Delete(slices.Clone(ops), lose, lose+1))
+		out = slices.Insert(out, lose, ports.WriteResult{})
+	}
+	out[lose] = ports.WriteResult{Err: &domain.Error{Code: domain.CodeOutcomeUnknown, Message: "the answer was lost", Retryable: true}}
+	return out
+}
+
+// When the write that would overtake a failure has an unknown outcome,
+// the call cannot tell later whether its own write or another worker
+// passed the failure: it counts as overtaken (dead-lettered rather than
+// lost). When the write did not land, its retry decides as usual.
+func TestFailureOvertakenByAWriteOfUnknownOutcome(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
+			st := &lostWriteOf{Storage: memory.New(), id: "g", landed: landed}
+			s := markedService(t, st, nil)
+			bad := queued(merge("k", 1), "f", 10)
+			bad.Merge.Intent = domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"N":"x"}`)} // the profile rejects it
+			out := s.ApplyMutations(context.Background(), []domain.Mutation{queued(put("k", 1), "p", 9), bad, queued(put("k", 2), "g", 11)})
+			if out[0].Err != nil || out[2].Err != nil || out[2].Skipped != landed {
+				t.Fatalf("outcomes %+v, want p and g applied (g skipped when its first write landed)", out)
+			}
+			if f := out[1]; f.Err == nil || !f.Overtaken {
+				t.Fatalf("f: %+v, want a failure overtaken", f)
+			}
+		})
+	}
+}
+
+// A fold that starts from the state the service last wrote (a hint) does
+// not know the whole mark after a put that did not read the record: when
+// it would overtake a merge that failed in it, it reads the record first,
+// and a merge the mark holds (applied under its ID before) is skipped,
+// not overtaken.
+func TestFoldFromAHintReadsBeforeOvertaking(t *testing.T) {
+	mem := memory.New()
+	s := markedService(t, mem, nil, func(c *application.Config) { c.Batch.Enabled = true })
+	ctx := context.Background()
+	write1(t, s, put("k", 0))
+	// f was applied before, under its ID (a replay of its dead letter).
+	if r := write1(t, s, keyed(merge("k", 1), "f")); r.Status != application.StatusApplied || r.Skipped {
+		t.Fatalf("keyed merge: %+v", r)
+	}
+	bad := queued(merge("k", 1), "f", 10)
+	bad.Merge.Intent = domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"N":"x"}`)} // the profile rejects it now
+	out := s.ApplyMutations(ctx, []domain.Mutation{queued(put("k", 5), "p", 9), bad, queued(merge("k", 1), "g", 11)})
+	if out[0].Err != nil || out[2].Err != nil || out[2].Skipped {
+		t.Fatalf("outcomes %+v, want p and g applied", out)
+	}
+	if f := out[1]; f.Err != nil || !f.Skipped || f.Overtaken {
+		t.Fatalf("f: %+v, want skipped: its record's mark holds it", f)
+	}
+	if n := value(t, s, "k"); n != 6 {
+		t.Fatalf("record holds %d, want 6", n)
 	}
 }
