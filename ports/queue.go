@@ -52,8 +52,8 @@ type ApplyOutcome struct {
 	// it when the later mutation was written was handled by another
 	// consumer and is reported Superseded instead. When the outcome of
 	// that write is unknown and cannot be told later, Overtaken is true
-	// too (a dead letter is then possibly one the new owner also writes,
-	// never a lost mutation).
+	// too: the mutation is dead-lettered rather than risk losing it,
+	// although another consumer may have handled it.
 	Overtaken bool
 }
 
