@@ -537,7 +537,7 @@ func (s *Service) settleWrites(got []ports.WriteResult, ops []ports.WriteOp, own
 			continue
 		}
 		if over := written[k].overtakes; over != nil {
-			settleOvertaking(over, r)
+			settleOvertaking(over, rids[k], r)
 		}
 		for n, it := range written[k].applied {
 			it.setWrite(r)

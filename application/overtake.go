@@ -141,6 +141,9 @@ func decideOvertaking(u unit, mark domain.AppliedMark, known bool, pos domain.So
 		rid := m.rid()
 		g := j.guard
 		for _, i := range append([]int(nil), g.pending[rid]...) {
+			if st := g.state[i]; st != guardPending && st != guardMaybe {
+				continue // (decided: pending holds only the undecided)
+			}
 			f := item{j, i}
 			switch cov, e := mark.Check(f.m().ID, f.pos()); {
 			case cov == domain.Duplicate:
@@ -171,9 +174,11 @@ func decideOvertaking(u unit, mark domain.AppliedMark, known bool, pos domain.So
 	return over, false
 }
 
-// settleOvertaking records what the write of a fold (or guarded put)
-// that would overtake over did, given its result r.
-func settleOvertaking(over []item, r ports.WriteResult) {
+// settleOvertaking records what the write of record rid (a fold, or a
+// guarded put) that would overtake over did, given its result r. (rid is
+// the write's: the failures of earlier attempts of the call have no
+// record ID in their job any more.)
+func settleOvertaking(over []item, rid domain.RecordID, r ports.WriteResult) {
 	st := guardOvertaken
 	if r.Err != nil {
 		if !mayHaveWritten(domain.CodeOf(r.Err)) {
@@ -183,7 +188,6 @@ func settleOvertaking(over []item, r ports.WriteResult) {
 	}
 	for _, f := range over {
 		g := guardOf(f.j)
-		rid := f.rid()
 		if g.state[f.i] == guardNone {
 			g.add(rid, f.i)
 		}

@@ -236,3 +236,52 @@ func TestFoldFromAHintReadsBeforeOvertaking(t *testing.T) {
 		t.Fatalf("record holds %d, want 6", n)
 	}
 }
+
+// failFirstWriteOf is a storage whose first write carrying mark ID id
+// fails, transiently, with nothing written.
+type failFirstWriteOf struct {
+	ports.Storage
+	id   string
+	mu   sync.Mutex
+	done bool
+}
+
+func (s *failFirstWriteOf) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
+	s.mu.Lock()
+	fail := -1
+	for k, op := range ops {
+		if !s.done && op.Mark != nil && slices.Contains(op.Mark.IDs, s.id) {
+			fail, s.done = k, true
+		}
+	}
+	s.mu.Unlock()
+	if fail < 0 {
+		return s.Storage.Write(ctx, ops)
+	}
+	out := s.Storage.Write(ctx, slices.Delete(slices.Clone(ops), fail, fail+1))
+	return slices.Insert(out, fail, ports.WriteResult{Err: domain.Errorf(domain.CodeUnavailable, "no connection")})
+}
+
+// The write that overtakes a failure may come in a later attempt of the
+// call (its first attempt failed transiently), and the record's writes
+// after it do not undo the decision.
+func TestFailureOvertakenInALaterAttempt(t *testing.T) {
+	s := markedService(t, &failFirstWriteOf{Storage: memory.New(), id: "g"}, nil)
+	bad := queued(merge("k", 1), "f", 10)
+	bad.Merge.Intent = domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"N":"x"}`)} // the profile rejects it
+	out := s.ApplyMutations(context.Background(), []domain.Mutation{bad, queued(put("k", 2), "g", 11), queued(put("k", 3), "h", 12), queued(merge("k", 1), "i", 13)})
+	for n, o := range out[1:] {
+		if o.Err != nil || o.Skipped {
+			t.Fatalf("mutation %d: %+v, want applied", n+1, o)
+		}
+	}
+	if out[1].Attempts != 2 {
+		t.Fatalf("g applied in attempt %d, want 2", out[1].Attempts)
+	}
+	if f := out[0]; f.Err == nil || !f.Overtaken {
+		t.Fatalf("f: %+v, want a failure overtaken", f)
+	}
+	if n := value(t, s, "k"); n != 4 {
+		t.Fatalf("record holds %d, want 4", n)
+	}
+}
