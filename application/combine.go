@@ -71,9 +71,11 @@ func (s *Service) shardBy(ops int, at func(k int) (string, uint64)) int {
 // that queued before it finished.
 //
 // The caller that finds nothing in flight leads: it runs the batch in its
-// own goroutine. When a batch ends, the leader wakes the callers it carried
-// and hands the lead to the oldest queued caller, which runs the next batch
-// (so no caller runs more than its own batch).
+// own goroutine (a batch of several callers whose leader may leave it at
+// its deadline runs in a goroutine of its own: see lead). When a batch
+// ends, the leader wakes the callers it carried and hands the lead to the
+// oldest queued caller, which runs the next batch (so no caller runs more
+// than its own batch).
 type combiner[T any] struct {
 	max  int
 	size func(T) int
@@ -138,9 +140,9 @@ const (
 // callers, and returns when it ran. It returns w.ctx's error, without
 // running the item, when w.ctx ended while it was still queued (a queued
 // caller whose context ended is never taken into a batch). When w.ctx
-// ends while another caller's batch carries the item, it returns
-// errLeftBatch at once if carry allowed that, and otherwise when the
-// batch ends. w is fresh: only its item and ctx are set (callers keep it
+// ends while a batch of several callers carries the item (another
+// caller's, or one w leads), it returns errLeftBatch at once if carry
+// allowed that, and otherwise when the batch ends. w is fresh: only its item and ctx are set (callers keep it
 // in their item's allocation instead of allocating one per call).
 func (c *combiner[T]) do(w *waiter[T]) error {
 	ctx, item := w.ctx, w.item
@@ -148,8 +150,7 @@ func (c *combiner[T]) do(w *waiter[T]) error {
 	if !c.busy {
 		c.busy = true
 		c.mu.Unlock()
-		c.lead(w)
-		return nil
+		return c.lead(w)
 	}
 	w.wake = make(chan struct{})
 	c.queue = append(c.queue, w)
@@ -193,49 +194,26 @@ func (c *combiner[T]) do(w *waiter[T]) error {
 		<-w.wake
 	}
 	if w.state == waiterLead {
-		c.lead(w)
+		return c.lead(w)
 	}
 	return nil
 }
 
 // lead runs one batch: w and the queued callers after it, up to max
 // operations in all (w always runs, even when it alone exceeds max).
-func (c *combiner[T]) lead(w *waiter[T]) {
+//
+// A batch of w alone runs in w's goroutine, with w's context: nothing is
+// allocated or started for it. A batch of several callers runs with a
+// context of its own (batchCtx); when carry lets w leave it (a synchronous
+// caller, like the callers it carries), it runs in a goroutine of its own
+// while w waits for it or for w's context to end, whichever comes first:
+// at that, lead returns errLeftBatch and the batch goes on for the others
+// (so the leader, too, leaves at its deadline). Otherwise (a worker's
+// batch, which must know every outcome) it runs in w's goroutine to the
+// end.
+func (c *combiner[T]) lead(w *waiter[T]) error {
 	w.alone[0] = w
 	batch := w.alone[:1:1] // (more callers: append moves them)
-	defer func() {
-		c.mu.Lock()
-		for len(c.queue) > 0 && c.queue[0].ctx.Err() != nil {
-			// A caller whose context ended leaves (do) instead of
-			// leading: dropped, so that the lead goes to one that waits.
-			c.queue[0] = nil
-			c.queue = c.queue[1:]
-		}
-		handed := len(c.queue) > 0
-		if handed {
-			next := c.queue[0]
-			c.queue = c.queue[1:]
-			next.state = waiterLead
-			close(next.wake)
-		} else {
-			c.busy = false
-			c.hints.reset()
-		}
-		c.mu.Unlock()
-		if handed {
-			// The new leader was readied last, so it runs next on this
-			// processor: yield to it, so that the next batch goes to
-			// storage before this caller and the ones it carried send
-			// their responses (otherwise it waits behind them, about a
-			// quarter of a 1 ms round trip on a busy server). Those are
-			// woken after that (2-3 % more merges/s on a hot record than
-			// waking them first, in alternating runs).
-			runtime.Gosched()
-		}
-		for _, b := range batch[1:] {
-			close(b.wake)
-		}
-	}()
 	c.mu.Lock()
 	n := c.size(w.item)
 	k := 0
@@ -260,20 +238,86 @@ func (c *combiner[T]) lead(w *waiter[T]) {
 	c.queue = c.queue[k:]
 	if len(batch) == 1 {
 		c.mu.Unlock()
+		defer c.finish(batch)
 		c.run(w.ctx, batch)
-		return
+		return nil
 	}
+	// (A leader whose context cannot end never leaves: no goroutine.)
+	leave := c.carry != nil && w.ctx.Done() != nil && c.carry(w.item)
 	bc := newBatchCtx(w.ctx, len(batch))
 	for _, q := range batch[1:] {
 		q.batch = bc
 	}
 	c.mu.Unlock()
 	stop := context.AfterFunc(w.ctx, bc.leave)
+	if !leave {
+		c.runBatch(bc, batch, stop, nil)
+		return nil
+	}
+	done := make(chan struct{})
+	go c.runBatch(bc, batch, stop, done)
+	select {
+	case <-done:
+	case <-w.ctx.Done():
+		select {
+		case <-done: // the batch ended meanwhile: its results stand
+		default:
+			return errLeftBatch
+		}
+	}
+	return nil
+}
+
+// runBatch runs a batch of several callers with its context bc, then
+// hands the lead on (finish); stop ends the watch of the leader's context
+// (see lead). done, when not nil, is closed at the end.
+func (c *combiner[T]) runBatch(bc *batchCtx, batch []*waiter[T], stop func() bool, done chan struct{}) {
+	if done != nil {
+		defer close(done)
+	}
+	defer c.finish(batch)
 	defer func() {
 		stop()
 		bc.cancel()
 	}()
 	c.run(bc, batch)
+}
+
+// finish ends a batch: it hands the lead to the oldest queued caller (or
+// marks the combiner idle), and wakes the callers the batch carried
+// (batch[1:]).
+func (c *combiner[T]) finish(batch []*waiter[T]) {
+	c.mu.Lock()
+	for len(c.queue) > 0 && c.queue[0].ctx.Err() != nil {
+		// A caller whose context ended leaves (do) instead of
+		// leading: dropped, so that the lead goes to one that waits.
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+	}
+	handed := len(c.queue) > 0
+	if handed {
+		next := c.queue[0]
+		c.queue = c.queue[1:]
+		next.state = waiterLead
+		close(next.wake)
+	} else {
+		c.busy = false
+		c.hints.reset()
+	}
+	c.mu.Unlock()
+	if handed {
+		// The new leader was readied last, so it runs next on this
+		// processor: yield to it, so that the next batch goes to
+		// storage before this caller and the ones it carried send
+		// their responses (otherwise it waits behind them, about a
+		// quarter of a 1 ms round trip on a busy server). Those are
+		// woken after that (2-3 % more merges/s on a hot record than
+		// waking them first, in alternating runs).
+		runtime.Gosched()
+	}
+	for _, b := range batch[1:] {
+		close(b.wake)
+	}
 }
 
 // batchCtx is the context of the storage calls of a batch of several

@@ -11,10 +11,11 @@ import (
 // Deadlines. A request is refused at once when its deadline cannot be met
 // (checkDeadline); a caller whose deadline passes while it waits in a
 // combiner's queue leaves the queue and nothing of it is written
-// (combiner.do, stoppedQueued); a synchronous caller carried in another
-// caller's batch leaves at its deadline without waiting for the batch,
-// its writes reported with an unknown outcome (they may still be applied
-// by the batch; see combiner.carry and leftBatch).
+// (combiner.do, stoppedQueued); a synchronous caller in a batch of
+// several callers (carried in another caller's, or leading one) leaves at
+// its deadline without waiting for the batch, its writes reported with an
+// unknown outcome (they may still be applied by the batch; see
+// combiner.carry, combiner.lead and leftBatch).
 
 // checkDeadline refuses a whole request, before any of its work, whose
 // context has ended or whose deadline leaves less than Config.MinDeadline:

@@ -256,3 +256,85 @@ func TestCarriedWorkerBatchStaysToTheEnd(t *testing.T) {
 	}
 	b.wg.Wait()
 }
+
+// The request that leads a batch of several leaves at its own deadline
+// too, while the batch is still at storage: its write is reported with an
+// unknown outcome, and the batch goes on for the request it carries, which
+// gets its result (the batch's storage calls do not end with the
+// leader's context).
+func TestBatchLeaderLeavesAtItsDeadline(t *testing.T) {
+	b := newBatchAt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	lead := make(chan []WriteResult, 1)
+	go func() {
+		res, _ := b.s.Write(ctx, []domain.Mutation{listPut("lead", "x")}, WaitUntilApplied)
+		lead <- res
+	}()
+	<-b.queued
+	carried := make(chan []WriteResult, 1)
+	go func() {
+		res, _ := b.s.Write(context.Background(), []domain.Mutation{listPut("carried", "y")}, WaitUntilApplied)
+		carried <- res
+	}()
+	<-b.queued
+	b.st.proceed <- struct{}{} // the first write returns
+	batch := <-b.st.entered    // the batch of the two queued callers is at storage
+	var res []WriteResult
+	select {
+	case res = <-lead:
+	case <-time.After(10 * time.Second): // a failure guard
+		t.Fatal("the batch's leader waited for the batch past its deadline")
+	}
+	if e := res[0].Err; e == nil || e.Code != domain.CodeOutcomeUnknown || !e.Retryable || !strings.Contains(e.Message, "it may have been applied") {
+		t.Fatalf("leader past its deadline: %+v", res[0])
+	}
+	if batch.Err() != nil {
+		t.Fatal("the batch's context ended with its leader's, while another request waits for it")
+	}
+	b.st.proceed <- struct{}{}
+	if r := <-carried; r[0].Status != StatusApplied {
+		t.Fatalf("the carried request: %+v", r[0])
+	}
+	b.wg.Wait()
+	// The batch applied the leader's write after it left.
+	r, err := b.s.Read(context.Background(), []domain.Address{listAddr("lead")})
+	if err != nil || r[0].Status != StatusFound {
+		t.Fatalf("the leader's write: %v %+v", err, r)
+	}
+}
+
+// A worker's batch of queued mutations that leads a batch of several stays
+// to its end, even past its deadline (see TestCarriedWorkerBatchStaysToTheEnd).
+func TestLeadingWorkerBatchStaysToTheEnd(t *testing.T) {
+	b := newBatchAt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	m := listPut("queued", "y")
+	m.ID, m.Source = "w1", domain.SourcePosition{Log: "L", Partition: 0, Offset: 1}
+	out := make(chan []ports.ApplyOutcome, 1)
+	go func() { out <- b.s.ApplyMutations(ctx, []domain.Mutation{m}) }()
+	<-b.queued
+	carried := make(chan []WriteResult, 1)
+	go func() {
+		res, _ := b.s.Write(context.Background(), []domain.Mutation{listPut("carried", "y")}, WaitUntilApplied)
+		carried <- res
+	}()
+	<-b.queued
+	b.st.proceed <- struct{}{}
+	<-b.st.entered
+	<-ctx.Done()
+	select {
+	case o := <-out:
+		t.Fatalf("the worker's batch returned before the batch it leads ended: %+v", o)
+	default:
+	}
+	b.st.proceed <- struct{}{}
+	if o := <-out; o[0].Err != nil {
+		t.Fatalf("the worker's mutation, applied by the batch: %+v", o[0])
+	}
+	if r := <-carried; r[0].Status != StatusApplied {
+		t.Fatalf("the carried request: %+v", r[0])
+	}
+	b.wg.Wait()
+}

@@ -36,6 +36,10 @@ type job struct {
 	// own is the caller's results slice while another caller's batch
 	// carries the job (see carryJob); results is then the job's own.
 	own []WriteResult
+	// guard, of a queued job, holds its failed mutations once one failed
+	// (see overtakeGuard); it outlives execute, for the caller's later
+	// attempts with the same job.
+	guard *overtakeGuard
 
 	// The job's allocation also holds its waiter in its shard's combiner
 	// and, for a job of one mutation, its record ID and its unit (see
@@ -98,7 +102,7 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 	if j == nil {
 		j = new(job)
 	}
-	*j = job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure}
+	*j = job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure, guard: j.guard}
 	j.ids = j.oneID[:]
 	if len(work) != 1 {
 		j.ids = make([]domain.RecordID, len(work))
@@ -267,6 +271,7 @@ func (it item) pos() domain.SourcePosition {
 func (it item) rid() domain.RecordID   { return it.j.ids[it.i] }
 func (it item) merge() bool            { return it.j.work[it.i].Kind == domain.MutationMerge }
 func (it item) retryableFailure() bool { e := it.j.results[it.i].Err; return e != nil && e.Retryable }
+func (it item) finalFailure() bool     { e := it.j.results[it.i].Err; return e != nil && !e.Retryable }
 
 // unit is what one wave does to one record: one put or delete, or a fold of
 // consecutive merges (in arrival order) applied as one read-modify-write.
@@ -364,7 +369,8 @@ func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 		s.applyWave(ctx, units, h)
 		for _, u := range units {
 			for _, it := range u {
-				if it.j.blockOnFailure && it.retryableFailure() {
+				switch {
+				case it.j.blockOnFailure && it.retryableFailure():
 					if blocked == nil {
 						blocked = make(map[blockKey]string)
 					}
@@ -372,6 +378,10 @@ func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 					if _, ok := blocked[k]; !ok {
 						blocked[k] = it.m().ID
 					}
+				case it.j.queued && it.finalFailure():
+					// A later write of the record in this call decides
+					// whether it overtakes it (see overtakeGuard).
+					guardOf(it.j).add(it.rid(), it.i)
 				}
 			}
 		}
@@ -450,7 +460,9 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 		}
 		for _, u := range again {
 			for _, it := range u {
-				s.obs.MergeConflict(it.m().Merge.Profile)
+				if it.merge() { // (not a guarded put: see overtakeGuard)
+					s.obs.MergeConflict(it.m().Merge.Profile)
+				}
 			}
 		}
 		if attempt >= s.cfg.Merge.MaxAttempts || !ctxtime.Sleep(ctx, s.cfg.Merge.backoff(attempt)) {
@@ -474,8 +486,12 @@ func giveUp(ctx context.Context, folds []unit, attempts int) {
 				it.fail(opError(it.ref(), fieldAddress, ctx.Err()))
 				continue
 			}
+			what := "merge"
+			if !it.merge() {
+				what = "put" // (a guarded put: see overtakeGuard)
+			}
 			it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeAborted,
-				"merge kept conflicting with concurrent writes of the same record after %d attempts", attempts))
+				"%s kept conflicting with concurrent writes of the same record after %d attempts", what, attempts))
 		}
 	}
 }
@@ -519,6 +535,9 @@ func (s *Service) settleWrites(got []ports.WriteResult, ops []ports.WriteOp, own
 			// member again.
 			again = append(again, owners[k])
 			continue
+		}
+		if over := written[k].overtakes; over != nil {
+			settleOvertaking(over, rids[k], r)
 		}
 		for n, it := range written[k].applied {
 			it.setWrite(r)
@@ -568,6 +587,12 @@ func (s *Service) waveWrites(units []unit, b *waveBufs) (ops []ports.WriteOp, ow
 		m := it.m()
 		switch m.Kind {
 		case domain.MutationPut:
+			if guardedUnit(u) {
+				// Written conditional on the record it reads (see
+				// overtakeGuard), like a fold.
+				folds = append(folds, u)
+				continue
+			}
 			ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: m.Document, Condition: putCondition(m), Mark: s.markUpdate(it, marks)})
 			owners = append(owners, u)
 			// What the record's mark holds before an unconditional put is
@@ -648,6 +673,9 @@ type foldWrite struct {
 	dups []item
 	// base is the record's mark the fold started from.
 	base knownMark
+	// overtakes: failed queued mutations of the record whose position the
+	// write passes while the mark it read had not (see overtakeGuard).
+	overtakes []item
 }
 
 // keepDocument records doc, the state after the merge of it that was just
@@ -707,7 +735,9 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 	for k, u := range folds {
 		a := u[0].m().Address
 		id := u[0].rid()
-		if st, ok := h.get(id); ok {
+		// A guarded unit decides failures of the call from the record's
+		// whole mark: it reads it (see overtakeGuard).
+		if st, ok := h.get(id); ok && !guardedUnit(u) {
 			current[k] = ports.ReadResult{Found: true, Record: domain.Record{Document: st.doc, Revision: st.rev, Mark: st.mark.mark}}
 			known[k] = st.mark.known
 			if steps := h.takePrefold(id, st.gen, u); steps != nil {
@@ -741,6 +771,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		ops, owners, members, fws = make([]ports.WriteOp, 0, len(folds)), make([]unit, 0, len(folds)), make([]*foldWrite, 0, len(folds)), make([]foldWrite, len(folds))
 	}
 	marks := newMarkAlloc(len(folds))
+	var rereads []int // folds to read again (see decideOvertaking)
 	n, marked := 0, false
 	for _, u := range folds {
 		n += len(u)
@@ -778,7 +809,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		if pre != nil {
 			steps = pre[k]
 		}
-		if cur != nil && len(steps) == 0 {
+		if cur != nil && len(steps) == 0 && u[0].merge() { // (a guarded put replaces it)
 			// The stored document is checked as every new one is (it may
 			// have been written before documents were checked), so that a
 			// broken one is blamed, not the intent (the merges that ran
@@ -796,6 +827,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		ids := idBuf[len(idBuf):] // mark IDs of the applied merges
 		var pos domain.SourcePosition
 		var stopped map[*job]string // blockOnFailure jobs with a retryable failure in this fold
+		var here []item             // queued merges that failed for good in this fold (see overtakeGuard)
 		for n, it := range u {
 			if n < len(steps) { // run ahead (prefoldable: no mark, blocks nothing)
 				if st := &steps[n]; st.err != nil {
@@ -825,9 +857,18 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 				it.supersede()
 				continue
 			}
-			doc, err := s.mergeOne(it, cur)
+			var doc domain.Document
+			var err *domain.Error
+			if it.merge() {
+				doc, err = s.mergeOne(it, cur)
+			} else {
+				doc, err = guardedPut(it, r)
+			}
 			if err != nil {
 				it.fail(err)
+				if it.j.queued && !err.Retryable {
+					here = append(here, it)
+				}
 				if it.j.blockOnFailure && err.Retryable {
 					if stopped == nil {
 						stopped = make(map[*job]string)
@@ -844,6 +885,17 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 			}
 			if p := it.pos(); !p.IsZero() {
 				pos = p
+			}
+		}
+		if here != nil || guardedUnit(u) {
+			wpos := pos
+			if len(f.applied) == 0 {
+				wpos = domain.SourcePosition{} // nothing is written
+			}
+			var reread bool
+			if f.overtakes, reread = decideOvertaking(u, r.Record.Mark, known[k], wpos, here); reread {
+				rereads = append(rereads, k)
+				continue
 			}
 		}
 		appliedBuf = appliedBuf[:len(appliedBuf)+len(f.applied)]
@@ -863,7 +915,39 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		owners = append(owners, u)
 		members = append(members, f)
 	}
+	if rereads != nil {
+		// Folds that started from a hint whose mark is not wholly known
+		// and would overtake a failed merge: read and fold again.
+		again := make([]unit, len(rereads))
+		for n, k := range rereads {
+			again[n] = folds[k]
+		}
+		mops, mowners, mmembers := s.prepareFolds(ctx, again, nil)
+		ops, owners, members = append(ops, mops...), append(owners, mowners...), append(members, mmembers...)
+	}
 	return ops, owners, members
+}
+
+// guardedPut returns the document of a put written as a fold (see
+// overtakeGuard), or its failure when its own condition does not hold for
+// the record read, r: the error the storage answers such a write.
+func guardedPut(it item, r *ports.ReadResult) (domain.Document, *domain.Error) {
+	m := it.m()
+	var e *domain.Error
+	switch c := putCondition(m); {
+	case c.Kind == ports.ConditionRevision && !r.Found:
+		e = domain.Errorf(domain.CodeNotFound, "record %s does not exist (expected revision %s)", m.Address, c.Revision)
+	case c.Kind == ports.ConditionRevision && r.Record.Revision != c.Revision:
+		e = domain.Errorf(domain.CodeRevisionMismatch, "record %s has revision %s, expected %s", m.Address, r.Record.Revision, c.Revision)
+	case c.Kind == ports.ConditionAbsent && r.Found:
+		e = domain.Errorf(domain.CodeAlreadyExists, "record %s already exists", m.Address)
+	case c.Kind == ports.ConditionExists && !r.Found:
+		e = domain.Errorf(domain.CodeNotFound, "record %s does not exist", m.Address)
+	default:
+		return m.Document, nil
+	}
+	res := writeResult(it.ref(), m, ports.WriteResult{Err: e}, it.markID() != "")
+	return domain.Document{}, res.Err
 }
 
 // foldBufs holds the slices of prepareFolds for one fold of one merge

@@ -53,6 +53,7 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 		return reworded(refs(i), e, true, fmt.Sprintf("not applied within the worker's time budget (%d attempts); delivered again later", attempts))
 	}
 	pending := make([]int, 0, len(muts))
+	j := new(job) // one job for every attempt: it keeps the call's failures (job.guard)
 	for i := range work {
 		if err := s.validateMutation(refs(i), &work[i]); err != nil {
 			outcomes[i] = ports.ApplyOutcome{Err: err, Attempts: 1}
@@ -66,7 +67,7 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 		pending = append(pending, i)
 	}
 	for attempt := 1; len(pending) > 0; attempt++ {
-		s.execute(ctx, nil, work, pending, results, refs, true)
+		s.execute(ctx, j, work, pending, results, refs, true)
 		retry := pending[:0:0]
 		for _, i := range pending {
 			outcomes[i].Attempts = attempt
@@ -117,7 +118,31 @@ func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []
 		}
 		pending = retry
 	}
+	if j.guard != nil {
+		settleGuarded(j.guard, outcomes, results)
+	}
 	return outcomes
+}
+
+// settleGuarded sets the outcomes of the failed mutations whose fate a
+// later write of their record decided (see overtakeGuard): one handled by
+// another worker is skipped (superseded); one this call overtook keeps
+// its failure, the one that made it fail (not parked by the end of the
+// budget: it cannot be delivered again), and is Overtaken; one whose
+// overtaking write had an unknown outcome counts as overtaken.
+func settleGuarded(g *overtakeGuard, outcomes []ports.ApplyOutcome, results []WriteResult) {
+	for i, st := range g.state {
+		switch st {
+		case guardHandled:
+			r := results[i]
+			outcomes[i].Err, outcomes[i].Skipped, outcomes[i].Superseded, outcomes[i].Overtaken = nil, true, r.Superseded, false
+		case guardOvertaken, guardMaybe:
+			if e := results[i].Err; e != nil {
+				outcomes[i].Err = e
+			}
+			outcomes[i].Overtaken = outcomes[i].Err != nil
+		}
+	}
 }
 
 // ResolveMutations implements ports.MutationResolver: it reads the records

@@ -49,8 +49,9 @@ type OperationObserver interface {
 	// applied mark covered them (see domain.AppliedMark): coverage is
 	// domain.Duplicate (already applied: a redelivery, a dead-letter
 	// replay, or a client's retry with the same idempotency key; reported
-	// applied) or domain.Superseded (a queued mutation a later one of its
-	// record overtook; dead-lettered).
+	// applied) or domain.Superseded (a queued mutation whose position its
+	// record's mark had passed: some worker handled it before; neither
+	// applied nor dead-lettered).
 	Deduplicated(source OperationSource, coverage domain.Coverage, n int)
 }
 

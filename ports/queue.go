@@ -41,6 +41,20 @@ type ApplyOutcome struct {
 	// (applied it, or dead-lettered it for a failure of its own). It is
 	// neither applied nor dead-lettered.
 	Superseded bool
+	// Overtaken is true (with a failure in Err) when this call wrote a
+	// later mutation of the same record, from the same log partition, over
+	// an applied mark that had not reached the failed mutation's position:
+	// the record's mark now passes it, so the partition's next reader would
+	// skip it as superseded and only this consumer can dead-letter it (even
+	// after it lost the partition). The handler decides it atomically with
+	// that write (the write is conditional on the record it read, mark
+	// included); a failed mutation whose record's mark had already passed
+	// it when the later mutation was written was handled by another
+	// consumer and is reported Superseded instead. When the outcome of
+	// that write is unknown and cannot be told later, Overtaken is true
+	// too: the mutation is dead-lettered rather than risk losing it,
+	// although another consumer may have handled it.
+	Overtaken bool
 }
 
 // MutationHandler applies mutations read from a queue. The application

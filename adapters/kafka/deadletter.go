@@ -67,7 +67,8 @@ type deadLetterInfo struct {
 	uncertain bool
 	detail    string // the error's own message, for the log
 	// overtaken: the batch wrote a later mutation of the same record from
-	// the same partition (see lastWritten).
+	// the same partition over a mark that had not reached this one
+	// (ports.ApplyOutcome.Overtaken): only this worker can dead-letter it.
 	overtaken bool
 }
 

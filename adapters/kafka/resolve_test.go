@@ -148,28 +148,36 @@ func (f *fencedSubscriber) CheckFence(context.Context) error {
 }
 
 // A worker that lost its partitions writes no dead letters for them (the
-// partitions' new owner decides), except those of mutations it overtook:
-// it wrote a later mutation of the same record, so the new owner would
-// skip them as superseded.
+// partitions' new owner decides), except those of mutations it overtook
+// (the handler says so: ports.ApplyOutcome.Overtaken): it wrote a later
+// mutation of the same record over a mark that had not reached them, so
+// the new owner would skip them as superseded. Those need no resolution,
+// however uncertain their own failure: nobody applied them.
 func TestFencedWorkerWithholdsDeadLetters(t *testing.T) {
 	env := newConsumerEnv(t, 1)
 	env.submit(t,
 		testMutation("overtaken", "k1"), testMutation("after-overtaken", "k1"),
 		testMutation("alone", "k2"),
 	)
-	h := &fakeHandler{outcome: func(_ context.Context, m domain.Mutation) ports.ApplyOutcome {
-		if m.ID == "overtaken" || m.ID == "alone" {
+	h := &resolvingHandler{fakeHandler: fakeHandler{outcome: func(_ context.Context, m domain.Mutation) ports.ApplyOutcome {
+		switch m.ID {
+		case "overtaken":
+			return ports.ApplyOutcome{Err: budgetRanOut(), Attempts: 1, Overtaken: true}
+		case "alone":
 			return ports.ApplyOutcome{Err: domain.Errorf(domain.CodeInvalidArgument, "the profile rejected the intent"), Attempts: 1}
 		}
 		return ports.ApplyOutcome{Attempts: 1}
-	}}
+	}}, resolutions: map[string][]ports.Resolution{"overtaken": {ports.ResolutionApplied}}}
 	w, sub := startFencedWorker(t, env, h)
 	waitFor(t, 20*time.Second, "the batch handled", func() bool {
 		st := w.Stats()
-		return st.DeadLettered >= 1 && st.Withheld >= 1
+		return st.DeadLettered+st.Resolved >= 1 && st.Withheld >= 1
 	})
 	if got := deadLetterIDs(t, env.brokers); !slices.Equal(got, []string{"overtaken"}) {
 		t.Fatalf("dead letters %v, want only [overtaken]", got)
+	}
+	if asked := h.askedIDs(); len(asked) != 0 {
+		t.Fatalf("resolved %v: an overtaken failure needs no resolution", asked)
 	}
 	sub.mu.Lock()
 	checks := sub.checks
@@ -177,6 +185,13 @@ func TestFencedWorkerWithholdsDeadLetters(t *testing.T) {
 	if checks == 0 {
 		t.Fatal("the worker did not ask the group coordinator before writing dead letters")
 	}
+}
+
+// budgetRanOut is the failure of a merge whose profile did not finish
+// within its time budget: permanent, and uncertain for the worker (see
+// uncertain).
+func budgetRanOut() *domain.Error {
+	return &domain.Error{Code: domain.CodeResourceExhausted, Message: "merge profile \"p\" did not finish within the merge time budget"}
 }
 
 // startFencedWorker starts a worker of handler h on env's topic "muts"
@@ -203,29 +218,40 @@ func startFencedWorker(t *testing.T, env consumerEnv, h ports.MutationHandler) (
 	return w, sub
 }
 
-// A fenced worker resolves a failed mutation it overtook before
-// dead-lettering it: another worker may have applied it while this one was
-// frozen (its own failure then says nothing), and a dead letter is only
-// ever a mutation that was not applied.
-func TestFencedWorkerResolvesWhatItOvertook(t *testing.T) {
+// The frozen-worker race with the ring rotated: while this worker was
+// frozen, the partition's new owner applied the failed mutation f and
+// more than the ring's size of later mutations of its record, so f's ID
+// left the record's ring; this worker's write of a later mutation of the
+// record still landed after. It did not overtake f (the handler found the
+// record's mark past f: Overtaken is false), so it must not dead-letter f
+// although a later mutation of the batch was written and f's record now
+// answers "superseded": a replay would apply f twice. (Before, the worker
+// inferred overtaking from any later write of the record in the batch.)
+func TestFencedWorkerDoesNotDeadLetterWhatAnotherWorkerHandled(t *testing.T) {
 	env := newConsumerEnv(t, 1)
 	env.submit(t,
-		testMutation("overtaken", "k1"), testMutation("after-overtaken", "k1"),
+		testMutation("handled-elsewhere", "k1"), testMutation("written-after", "k1"),
 		testMutation("alone", "k2"),
 	)
 	h := &resolvingHandler{fakeHandler: fakeHandler{outcome: func(_ context.Context, m domain.Mutation) ports.ApplyOutcome {
-		if m.ID == "overtaken" || m.ID == "alone" {
+		switch m.ID {
+		case "handled-elsewhere":
+			return ports.ApplyOutcome{Err: budgetRanOut(), Attempts: 1}
+		case "alone":
 			return ports.ApplyOutcome{Err: domain.Errorf(domain.CodeInvalidArgument, "the profile rejected the intent"), Attempts: 1}
 		}
 		return ports.ApplyOutcome{Attempts: 1}
-	}}, resolutions: map[string][]ports.Resolution{"overtaken": {ports.ResolutionApplied}}}
+	}}, resolutions: map[string][]ports.Resolution{"handled-elsewhere": {ports.ResolutionSuperseded}}}
 	w, _ := startFencedWorker(t, env, h)
 	waitFor(t, 20*time.Second, "the batch handled", func() bool {
 		st := w.Stats()
-		return st.Withheld >= 1 && slices.Contains(h.askedIDs(), "overtaken")
+		return st.DeadLettered+st.Resolved >= 1 && st.Withheld >= 1
 	})
 	if got := deadLetterIDs(t, env.brokers); len(got) != 0 {
-		t.Fatalf("dead letters %v, want none: the overtaken mutation was applied by another worker", got)
+		t.Fatalf("dead letters %v, want none: another worker handled the failed mutation", got)
+	}
+	if st := w.Stats(); st.Withheld != 1 || st.Resolved != 1 || st.Superseded != 1 || st.DeadLettered != 0 {
+		t.Fatalf("stats %+v: want the certain failure withheld, the uncertain one resolved as superseded, no dead letter", st)
 	}
 }
 

@@ -646,7 +646,6 @@ func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, own
 	if len(muts) == 0 {
 		return stopAt
 	}
-	var failedAt []int // mutations to dead-letter (index in muts)
 	outcomes := w.handler.ApplyMutations(ctx, muts)
 	parked := w.park(muts, owners, outcomes, srcs)
 	for j, i := range owners {
@@ -689,42 +688,9 @@ func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, own
 		}
 		m := muts[j]
 		dead[i] = &deadLetterInfo{reason: ReasonApplyFailed, code: e.Code, message: e.Error(), attempts: o.Attempts, mutationID: m.ID,
-			mut: j, uncertain: uncertain(e.Code), detail: e.Message}
-		failedAt = append(failedAt, j)
-	}
-	if len(failedAt) > 0 {
-		last := lastWritten(muts, owners, outcomes, srcs)
-		for _, j := range failedAt {
-			i := owners[j]
-			at, ok := last[recordAt{srcs[i].partition, muts[j].Address.ID()}]
-			dead[i].overtaken = ok && at > srcs[i].offset
-		}
+			mut: j, uncertain: uncertain(e.Code), detail: e.Message, overtaken: o.Overtaken}
 	}
 	return stopAt
-}
-
-// recordAt is a record in a partition of the log.
-type recordAt struct {
-	partition int32
-	id        domain.RecordID
-}
-
-// lastWritten returns, per record and partition, the offset of the batch's
-// last mutation that was written (applied, not skipped). A mutation of the
-// record before it that failed was overtaken: the record's mark has passed
-// its position, so the partition's next reader would skip it as
-// superseded, and its dead letter can only come from this worker.
-func lastWritten(muts []domain.Mutation, owners []int, outcomes []ports.ApplyOutcome, srcs []source) map[recordAt]int64 {
-	last := map[recordAt]int64{}
-	for j, i := range owners {
-		if j < len(outcomes) && outcomes[j].Err == nil && !outcomes[j].Skipped && srcs[i].known {
-			k := recordAt{srcs[i].partition, muts[j].Address.ID()}
-			if at, ok := last[k]; !ok || srcs[i].offset > at {
-				last[k] = srcs[i].offset
-			}
-		}
-	}
-	return last
 }
 
 // uncertain reports whether a failure with code c may hide a write that
@@ -799,15 +765,16 @@ func (w *Worker) park(muts []domain.Mutation, owners []int, outcomes []ports.App
 
 // resolve settles, before they are dead-lettered, the failed mutations
 // whose failure may hide a write that took place (deadLetterInfo.
-// uncertain), and those this batch overtook (deadLetterInfo.overtaken),
-// which may have been applied by another worker while this one was
-// frozen: the handler (a ports.MutationResolver) reads their records'
+// uncertain): the handler (a ports.MutationResolver) reads their records'
 // applied marks in one call. One found applied, or passed by a later
-// mutation of its record that this batch did not write (another worker
-// handled it), is acked without a dead letter, counted as skipped; one
-// whose record cannot be read is not dead-lettered now: it is parked (or
-// nacked) and delivered again. A dead letter is only ever a mutation that
-// was not applied.
+// mutation of its record (another worker handled it), is acked without a
+// dead letter, counted as skipped; one whose record cannot be read is not
+// dead-lettered now: it is parked (or nacked) and delivered again. A
+// mutation this batch overtook (deadLetterInfo.overtaken) needs no
+// resolution: the handler decided, atomically with the write that passed
+// it, that its record's mark had not reached it — nobody applied it, and
+// nobody will (ports.ApplyOutcome.Overtaken). A dead letter is only ever a
+// mutation that was not applied.
 func (w *Worker) resolve(muts []domain.Mutation, entries []*batchEntry, srcs []source, dead []*deadLetterInfo, stopAt map[int32]int64) {
 	r, ok := w.handler.(ports.MutationResolver)
 	if !ok {
@@ -816,10 +783,7 @@ func (w *Worker) resolve(muts []domain.Mutation, entries []*batchEntry, srcs []s
 	var idx []int
 	var ask []domain.Mutation
 	for i, d := range dead {
-		// An overtaken failure is dead-lettered even by a fenced worker
-		// (deadLetters), so it is resolved too, however certain its own
-		// failure: another worker may have applied it meanwhile.
-		if d != nil && (d.uncertain || d.overtaken) && d.mut >= 0 && !beyond(stopAt, srcs[i]) {
+		if d != nil && d.uncertain && !d.overtaken && d.mut >= 0 && !beyond(stopAt, srcs[i]) {
 			idx = append(idx, i)
 			ask = append(ask, muts[d.mut])
 		}
@@ -838,7 +802,7 @@ func (w *Worker) resolve(muts []domain.Mutation, entries []*batchEntry, srcs []s
 		}
 		d := dead[i]
 		switch {
-		case res == ports.ResolutionNotApplied, res == ports.ResolutionSuperseded && d.overtaken:
+		case res == ports.ResolutionNotApplied:
 			continue // not applied: dead-lettered
 		case res == ports.ResolutionApplied, res == ports.ResolutionSuperseded:
 			dead[i] = nil
@@ -883,9 +847,10 @@ func beyond(stopAt map[int32]int64, src source) bool {
 // which a worker that was frozen and woke up mid-batch needs: its client
 // may not know yet). When fenced, its dead letters are nacked, for the
 // partition's new owner to decide, except those of mutations this batch
-// overtook (deadLetterInfo.overtaken), which the new owner would skip as
-// superseded: their dead letters are written, so none is lost (such a
-// dead letter may then exist twice; a replay applies it once).
+// overtook (deadLetterInfo.overtaken: it wrote a later mutation of the
+// record over a mark that had not reached them), which the new owner
+// would skip as superseded: their dead letters are written, so none is
+// lost.
 func (w *Worker) deadLetter(muts []domain.Mutation, entries []*batchEntry, srcs []source, dead []*deadLetterInfo, stopAt map[int32]int64) {
 	var idx []int
 	var msgs []*message.Message
