@@ -29,3 +29,7 @@ func ScanStatements(s *Store, q ports.ScanQuery) ([]string, [][]any, error) {
 	}
 	return sqls, argss, nil
 }
+
+// SetStreamIdleHook sets a function run when a streamed scan gives its
+// connection back for being idle.
+func SetStreamIdleHook(s *Store, f func()) { s.streamIdleHook = f }
