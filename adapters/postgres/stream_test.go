@@ -1,0 +1,239 @@
+package postgres_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sink-io/sink/adapters/postgres"
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// streamFixture is a dataset of n records of about 1 KB with int64 keys
+// 0..n-1 (more than the sockets between client and server hold, so a
+// SELECT read in part is still running on the server).
+func streamFixture(t *testing.T, s *postgres.Store, n int) domain.DatasetRef {
+	t.Helper()
+	d := domain.DatasetRef{Store: "primary", Namespace: "stream", Dataset: "d"}
+	ops := make([]ports.WriteOp, n)
+	for i := range ops {
+		ops[i] = ports.WriteOp{Kind: ports.WritePut, Address: domain.Address{Store: d.Store, Namespace: d.Namespace, Dataset: d.Dataset, Key: domain.Int64Key(int64(i))},
+			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"pad":"` + strings.Repeat("x", 1000) + `"}`)}}
+	}
+	putAll(t, ctxT(t), s, ops)
+	return d
+}
+
+// readStream reads st to its end in reads of n and checks that it returns
+// keys from..total-1, each once, in order.
+func readStream(t *testing.T, ctx context.Context, st ports.ScanStream, n, from, total int) {
+	t.Helper()
+	want := from
+	for {
+		res, err := st.Next(ctx, n)
+		if err != nil {
+			t.Fatalf("read after key %d: %v", want-1, err)
+		}
+		for _, it := range res.Items {
+			if it.Key.Kind != domain.KeyInt64 || it.Key.Int64() != int64(want) {
+				t.Fatalf("key %v, want %d", it.Key, want)
+			}
+			want++
+		}
+		if res.Done {
+			break
+		}
+		if len(res.Items) == 0 {
+			t.Fatal("a read returned nothing and is not done")
+		}
+	}
+	if want != total {
+		t.Fatalf("the stream ended after key %d, want %d", want-1, total-1)
+	}
+}
+
+func next(t *testing.T, ctx context.Context, st ports.ScanStream, n int) {
+	t.Helper()
+	if res, err := st.Next(ctx, n); err != nil || len(res.Items) != n {
+		t.Fatalf("read of %d: %d records, %v", n, len(res.Items), err)
+	}
+}
+
+func acquired(p *pgxpool.Pool) int { return int(p.Stat().AcquiredConns()) }
+
+// activeQueries counts the statements other sessions of the test's
+// database run.
+func activeQueries(t *testing.T, ctx context.Context, p *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	err := p.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestScanStreamIdle: a stream nobody reads gives its connection back
+// after ScanStreamIdle (its SELECT ended on the server), and its next read
+// goes on after its last key with a new SELECT.
+func TestScanStreamIdle(t *testing.T) {
+	p, _ := newPool(t, 4)
+	s := newStore(t, p, postgres.Options{ScanStreamIdle: 50 * time.Millisecond})
+	idle := make(chan struct{}, 10)
+	postgres.SetStreamIdleHook(s, func() { idle <- struct{}{} })
+	ctx := ctxT(t)
+	const total = 5000
+	d := streamFixture(t, s, total)
+	st, err := s.OpenScan(ctx, ports.ScanQuery{Dataset: d, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	next(t, ctx, st, 100)
+	if n := acquired(p); n != 1 {
+		t.Fatalf("a stream read in part holds %d connections, want 1", n)
+	}
+	select {
+	case <-idle:
+	case <-time.After(20 * time.Second):
+		t.Fatal("an idle stream kept its connection")
+	}
+	if n := acquired(p); n != 0 {
+		t.Fatalf("an idle stream holds %d connections after its bound", n)
+	}
+	if n := activeQueries(t, ctx, p); n != 0 {
+		t.Fatalf("%d statements still run after the idle stream ended its SELECT", n)
+	}
+	next(t, ctx, st, 100)
+	if n := acquired(p); n != 1 {
+		t.Fatalf("a stream read again holds %d connections, want 1", n)
+	}
+	readStream(t, ctx, st, 1000, 200, total)
+	if n := acquired(p); n != 0 {
+		t.Fatalf("a finished stream holds %d connections", n)
+	}
+}
+
+// cancelOnWait is a context canceled as soon as something waits for it
+// (context.AfterFunc calls Done): a read is under way by then.
+type cancelOnWait struct {
+	context.Context
+	cancel context.CancelFunc
+}
+
+func (c cancelOnWait) Done() <-chan struct{} {
+	go c.cancel()
+	return c.Context.Done()
+}
+
+// TestScanStreamCancel: a read whose context ends (before it or while it
+// reads) fails with the context's code and ends the SELECT; the
+// connection goes back to the pool and stays in it (a closed one would
+// leave it).
+func TestScanStreamCancel(t *testing.T) {
+	p, _ := newPool(t, 2)
+	s := newStore(t, p, postgres.Options{ScanStreamIdle: time.Hour})
+	ctx := ctxT(t)
+	const total = 20_000
+	d := streamFixture(t, s, total)
+	for _, c := range []struct {
+		name string
+		ctx  func() context.Context
+	}{
+		{"Before", func() context.Context { c, cancel := context.WithCancel(ctx); cancel(); return c }},
+		{"During", func() context.Context { c, cancel := context.WithCancel(ctx); return cancelOnWait{c, cancel} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, err := s.OpenScan(ctx, ports.ScanQuery{Dataset: d, Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			next(t, ctx, st, 10)
+			conns := p.Stat().TotalConns()
+			if n := acquired(p); n != 1 {
+				t.Fatalf("a stream read in part holds %d connections, want 1", n)
+			}
+			res, err := st.Next(c.ctx(), total)
+			if err == nil || domain.CodeOf(err) != domain.CodeCanceled {
+				t.Fatalf("a canceled read: %d records, %v; want a canceled error", len(res.Items), err)
+			}
+			if n := acquired(p); n != 0 {
+				t.Fatalf("a canceled stream holds %d connections", n)
+			}
+			if n := p.Stat().TotalConns(); n != conns {
+				t.Fatalf("the pool has %d connections after the cancel, %d before: the stream's was closed", n, conns)
+			}
+			if n := activeQueries(t, ctx, p); n != 0 {
+				t.Fatalf("%d statements still run after the cancel", n)
+			}
+			if n := p.Stat().TotalConns(); n != conns {
+				t.Fatalf("the pool opened a connection (%d, %d before): the stream's was not usable", n, conns)
+			}
+		})
+	}
+}
+
+// TestScanStreamPoolShare: streams hold at most ScanStreams connections
+// (default half the pool); a stream that finds none free reads with a
+// query per read (holding none between reads), writes still get a
+// connection, and every stream returns every record once.
+func TestScanStreamPoolShare(t *testing.T) {
+	p, _ := newPool(t, 4)
+	s := newStore(t, p, postgres.Options{ScanStreamIdle: time.Hour})
+	ctx := ctxT(t)
+	const total = 3000
+	d := streamFixture(t, s, total)
+	var streams []ports.ScanStream
+	for range 3 {
+		st, err := s.OpenScan(ctx, ports.ScanQuery{Dataset: d, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		next(t, ctx, st, 100)
+		streams = append(streams, st)
+	}
+	if n := acquired(p); n != 2 {
+		t.Fatalf("three streams of a pool of 4 hold %d connections, want 2", n)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	a := domain.Address{Store: d.Store, Namespace: d.Namespace, Dataset: d.Dataset, Key: domain.StringKey("w")}
+	if r := s.Write(wctx, []ports.WriteOp{{Kind: ports.WritePut, Address: a, Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{}`)}}})[0]; r.Err != nil {
+		t.Fatalf("a write beside the streams: %v", r.Err)
+	}
+	if r := s.Write(wctx, []ports.WriteOp{{Kind: ports.WriteDelete, Address: a}})[0]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	// The third reads with queries; the first two with their SELECTs.
+	for i := len(streams) - 1; i >= 0; i-- {
+		readStream(t, ctx, streams[i], 700, 100, total)
+	}
+	if n := acquired(p); n != 0 {
+		t.Fatalf("finished streams hold %d connections", n)
+	}
+	// No streams: every read a query; a share of the whole pool: all but one.
+	for _, c := range []struct{ streams, want int }{{-1, 0}, {4, 3}} {
+		s := newStore(t, p, postgres.Options{ScanStreams: c.streams})
+		var open []ports.ScanStream
+		for range 4 {
+			st, err := s.OpenScan(ctx, ports.ScanQuery{Dataset: d, Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			next(t, ctx, st, 10)
+			open = append(open, st)
+		}
+		if n := acquired(p); n != c.want {
+			t.Fatalf("ScanStreams %d: four streams hold %d connections, want %d", c.streams, n, c.want)
+		}
+		for _, st := range open {
+			st.Close()
+		}
+	}
+}
