@@ -338,6 +338,9 @@ func (s *Service) scanPage(ctx context.Context, spec *domain.ScanSpec, rd *scanR
 			}
 			return ScanPage{}, nil, false, domain.AsError(err)
 		}
+		if page.Records == nil {
+			page.Records = make([]ScanRecord, 0, min(size, max(len(res.Items), 16)))
+		}
 		consumed := 0
 		for _, it := range res.Items {
 			if page.Returned >= size || bytes >= domain.MaxScanPageBytes {

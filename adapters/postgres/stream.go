@@ -17,11 +17,13 @@ var _ ports.ScanStreamer = (*Store)(nil)
 
 // Streamed scans (ports.ScanStreamer), docs/postgres.md#scan-and-count.
 //
-// A stream reads the key kinds in key order as Scan does, but with one
+// A stream's first read is a query like Scan's (a call for one page, a
+// Scan with a small limit, costs no more than before). From the second
+// read on, it reads the key kinds in key order as Scan does, but with one
 // SELECT per kind without a LIMIT, each started as soon as the one before
 // ends, on a connection of its own held for as long as a SELECT is open:
-// the rows flow through all the pages of the Scan call (the server fills
-// the socket while the application sends a page). Bounds:
+// the rows flow through all the following pages of the Scan call (the
+// server fills the socket while the application sends a page). Bounds:
 //   - Streams hold at most Options.ScanStreams connections of the pool at
 //     once (default half of it, so that writes always have the rest); a
 //     read that finds none free is a query per read, like Scan, and tries
@@ -74,8 +76,10 @@ type scanStream struct {
 	conn    *pgxpool.Conn
 	rows    pgx.Rows
 	started bool
-	// gen counts reads, so that an idle timer armed before a read does
-	// not end the SELECT after it; idle is the armed timer.
+	// reads counts the reads; gen counts reads and Close, so that an idle
+	// timer armed before one does not end the SELECT after it; idle is the
+	// armed timer.
+	reads int
 	gen   uint64
 	idle  *time.Timer
 	arena arena
@@ -106,8 +110,12 @@ func (st *scanStream) Next(ctx context.Context, n int) (ports.ScanResult, error)
 	if span != nil {
 		defer span.End()
 	}
-	if st.conn == nil && !st.live(ctx) {
-		// No stream slot free: a query for this read.
+	first := st.reads == 0
+	st.reads++
+	if st.conn == nil && (first || !st.live(ctx)) {
+		// The first read, or no stream slot free: a query for this read.
+		// A call that reads one page (a Scan with a small limit) never
+		// starts a SELECT it would have to cancel.
 		q := st.q
 		q.Limit = n
 		res, err := st.s.Scan(ctx, q)
