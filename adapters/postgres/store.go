@@ -142,6 +142,8 @@ type Store struct {
 	streamSlots    chan struct{}
 	streamIdle     time.Duration
 	streamIdleHook func()
+	// streamStop bounds the end of a SELECT a stream stops early.
+	streamStop time.Duration
 
 	mu    sync.Mutex
 	ready map[target]*tableSQL // tables known to exist (and, bound, checked)
@@ -176,7 +178,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	return &Store{
 		pool: pool, names: m, revs: newRevisions(), markRing: opts.MarkRing, maxAttempts: opts.MaxAttempts,
 		secrets: opts.Secrets, tracer: tracerOf(opts.TracerProvider), readsBack: readsBack,
-		streamSlots: make(chan struct{}, max(streams, 0)), streamIdle: opts.ScanStreamIdle,
+		streamSlots: make(chan struct{}, max(streams, 0)), streamIdle: opts.ScanStreamIdle, streamStop: defaultStopLimit,
 		ready: map[target]*tableSQL{},
 	}, nil
 }

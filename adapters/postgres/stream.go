@@ -33,14 +33,15 @@ var _ ports.ScanStreamer = (*Store)(nil)
 //     back; its next read starts a new SELECT after its last key.
 //   - A read whose context ends, and Close, end the SELECT with a cancel
 //     request and read what was in flight, so the connection goes back to
-//     the pool healthy; a server that does not answer within stopLimit
+//     the pool healthy; a server that does not answer within 5 seconds
 //     has the connection closed instead.
 
 // Stream defaults.
 const (
 	DefaultScanStreamIdle = 2 * time.Second
-	// stopLimit bounds the end of a SELECT that a stream stops early.
-	stopLimit = 5 * time.Second
+	// defaultStopLimit bounds the end of a SELECT that a stream stops
+	// early (Store.streamStop).
+	defaultStopLimit = 5 * time.Second
 )
 
 // OpenScan implements ports.ScanStreamer. It checks the dataset's table;
@@ -173,14 +174,24 @@ func (st *scanStream) read(ctx context.Context, n int) (ports.ScanResult, error)
 	// watches the context of Query for the whole life of the rows, so the
 	// SELECT runs under no context of a read).
 	var state atomic.Int32 // 0 reading, 1 finished, 2 canceled
+	var severed atomic.Bool
 	pc := st.conn.Conn().PgConn()
-	canceled := make(chan struct{})
+	canceled, readDone := make(chan struct{}), make(chan struct{})
 	stopWatch := context.AfterFunc(ctx, func() {
 		defer close(canceled)
-		if state.CompareAndSwap(0, 2) {
-			cctx, cancel := context.WithTimeout(context.Background(), stopLimit)
-			defer cancel()
-			_ = pc.CancelRequest(cctx)
+		if !state.CompareAndSwap(0, 2) {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), st.s.streamStop)
+		defer cancel()
+		_ = pc.CancelRequest(cctx)
+		select {
+		case <-readDone:
+		case <-cctx.Done():
+			// The server does not end the statement: fail the read
+			// (pgx then closes the connection).
+			severed.Store(true)
+			_ = pc.Conn().SetDeadline(time.Unix(1, 0))
 		}
 	})
 	items := make([]ports.ScanItem, 0, min(n, 1024))
@@ -226,8 +237,18 @@ func (st *scanStream) read(ctx context.Context, n int) (ports.ScanResult, error)
 		}
 	}
 	finished := state.CompareAndSwap(0, 1)
+	close(readDone)
 	if !stopWatch() {
 		<-canceled
+	}
+	if severed.Load() {
+		// The socket can no longer be read: the connection goes back
+		// closed (the pool drops it).
+		_ = pc.Close(context.Background())
+		if st.rows != nil {
+			st.rows.Close()
+			st.rows = nil
+		}
 	}
 	if err == nil {
 		err = bad
@@ -273,14 +294,14 @@ func (st *scanStream) expire(gen uint64) {
 // stop ends the open SELECT, if any, and gives the connection and the
 // slot back: a SELECT still running is canceled on the server and what
 // was in flight is read, so the connection stays usable; one that does
-// not end within stopLimit closes the connection (the pool then drops it).
+// not end within streamStop closes the connection (the pool then drops it).
 func (st *scanStream) stop() {
 	if st.conn == nil {
 		return
 	}
 	if st.rows != nil {
 		pc := st.conn.Conn().PgConn()
-		ctx, cancel := context.WithTimeout(context.Background(), stopLimit)
+		ctx, cancel := context.WithTimeout(context.Background(), st.s.streamStop)
 		broken := make(chan struct{})
 		stopDeadline := context.AfterFunc(ctx, func() {
 			defer close(broken)

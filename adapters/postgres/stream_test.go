@@ -3,26 +3,33 @@ package postgres_test
 import (
 	"context"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sink-io/sink/adapters/postgres"
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/internal/testkit/pgtest"
 	"github.com/sink-io/sink/ports"
 )
 
 // streamFixture is a dataset of n records of about 1 KB with int64 keys
-// 0..n-1 (more than the sockets between client and server hold, so a
-// SELECT read in part is still running on the server).
+// 0..n-1.
 func streamFixture(t *testing.T, s *postgres.Store, n int) domain.DatasetRef {
+	return streamFixtureOf(t, s, n, 1000)
+}
+
+// streamFixtureOf is streamFixture with documents of about size bytes.
+func streamFixtureOf(t *testing.T, s *postgres.Store, n, size int) domain.DatasetRef {
 	t.Helper()
 	d := domain.DatasetRef{Store: "primary", Namespace: "stream", Dataset: "d"}
 	ops := make([]ports.WriteOp, n)
 	for i := range ops {
 		ops[i] = ports.WriteOp{Kind: ports.WritePut, Address: domain.Address{Store: d.Store, Namespace: d.Namespace, Dataset: d.Dataset, Key: domain.Int64Key(int64(i))},
-			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"pad":"` + strings.Repeat("x", 1000) + `"}`)}}
+			Document: domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"pad":"` + strings.Repeat("x", size) + `"}`)}}
 	}
 	putAll(t, ctxT(t), s, ops)
 	return d
@@ -244,4 +251,100 @@ func TestScanStreamPoolShare(t *testing.T) {
 			st.Close()
 		}
 	}
+}
+
+// TestScanStreamFrozenServer: a stream whose server does not answer (the
+// postmaster and the streams' backends stopped) still ends a canceled
+// read and Close within the stop bound: after the cancel request gets no
+// answer the connection is closed (the pool drops it), and the pool serves
+// again once the server does.
+func TestScanStreamFrozenServer(t *testing.T) {
+	srv := pgtest.Private(t)
+	url := srv.NewDatabase(t)
+	ctx := ctxT(t)
+	admin := poolFor(t, url, 1)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	dropped := make(chan struct{}, 10)
+	cfg.BeforeClose = func(*pgx.Conn) { dropped <- struct{}{} }
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	s := newStore(t, p, postgres.Options{ScanStreamIdle: time.Hour})
+	postgres.SetStreamStopLimit(s, 200*time.Millisecond)
+	// 80 MB to send (compressed in the table): more than the sockets
+	// between client and server hold (up to 32 MiB received here), so the
+	// frozen backends have not sent it all.
+	const total = 10_000
+	d := streamFixtureOf(t, s, total, 8000)
+	open := func() ports.ScanStream {
+		st, err := s.OpenScan(ctx, ports.ScanQuery{Dataset: d, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close) // before the pool's Close, which waits for its connections
+		next(t, ctx, st, 10)
+		next(t, ctx, st, 10)
+		return st
+	}
+	read, closed := open(), open()
+	if n := acquired(p); n != 2 {
+		t.Fatalf("two streams read in part hold %d connections, want 2", n)
+	}
+	// The backends (each its own process group) and the postmaster.
+	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%LIMIT ALL'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil || len(pids) != 2 {
+		t.Fatalf("the streams' backends: %v, %v", pids, err)
+	}
+	signal := func(sig syscall.Signal) {
+		for _, pid := range pids {
+			if err := syscall.Kill(int(pid), sig); err != nil {
+				t.Errorf("signal %v to backend %d: %v", sig, pid, err)
+			}
+		}
+	}
+	signal(syscall.SIGSTOP)
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	frozen := true
+	thaw := func() {
+		if frozen {
+			frozen = false
+			_ = srv.Resume()
+			signal(syscall.SIGCONT)
+		}
+	}
+	defer thaw()
+	rctx, cancel := context.WithCancel(ctx)
+	if res, err := read.Next(cancelOnWait{rctx, cancel}, total); err == nil || domain.CodeOf(err) != domain.CodeCanceled {
+		t.Fatalf("a canceled read of a frozen server: %d records (done %v), %v; want a canceled error", len(res.Items), res.Done, err)
+	}
+	closed.Close()
+	read.Close()
+	// Both connections come back closed: the pool drops them (a
+	// connection a stream still held would never be dropped).
+	for i := range 2 {
+		select {
+		case <-dropped:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the pool dropped %d of the frozen streams' 2 connections", i)
+		}
+	}
+	thaw()
+	st, err := s.OpenScan(ctx, ports.ScanQuery{Dataset: d, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	readStream(t, ctx, st, 1000, 0, total)
 }
