@@ -23,7 +23,8 @@ import (
 // SINK_BENCH_SCAN_RECORDS sets the number of 1 KB JSON records (default
 // 100,000); numbers in docs/query.md:
 //
-//	go test ./adapters/postgres/ -run '^$' -bench 'BenchmarkScan$|BenchmarkCount$|BenchmarkSelectiveFilter' -benchtime 3x -count 6
+//	go test ./adapters/postgres/ -run '^$' -bench 'BenchmarkScan$' -benchtime 10x -count 6
+//	go test ./adapters/postgres/ -run '^$' -bench 'BenchmarkCount$|BenchmarkSelectiveFilter' -benchtime 3x -count 6
 
 type pgScanBench struct {
 	ctx context.Context
