@@ -338,15 +338,18 @@ func (s *Service) scanPage(ctx context.Context, spec *domain.ScanSpec, rd *scanR
 			}
 			return ScanPage{}, nil, false, domain.AsError(err)
 		}
+		if page.Records == nil {
+			page.Records = make([]ScanRecord, 0, min(size, max(len(res.Items), 16)))
+		}
 		consumed := 0
-		for _, it := range res.Items {
+		for i, it := range res.Items {
 			if page.Returned >= size || bytes >= domain.MaxScanPageBytes {
 				break
 			}
 			consumed++
 			page.Scanned++
 			k := it.Key
-			last = &k
+			last = &res.Items[i].Key // not &k: a copy per record would escape
 			if spec.Filter != nil {
 				v, err := domain.DecodeDocument(it.Record.Document)
 				if err != nil || !spec.Filter.Match(&v) {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/sink-io/sink/domain"
 	"github.com/sink-io/sink/ports"
@@ -29,3 +30,11 @@ func ScanStatements(s *Store, q ports.ScanQuery) ([]string, [][]any, error) {
 	}
 	return sqls, argss, nil
 }
+
+// SetStreamIdleHook sets a function run when a streamed scan gives its
+// connection back for being idle.
+func SetStreamIdleHook(s *Store, f func()) { s.streamIdleHook = f }
+
+// SetStreamStopLimit sets how long a stream waits for the server to end a
+// SELECT it stops early before it closes the connection.
+func SetStreamStopLimit(s *Store, d time.Duration) { s.streamStop = d }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -377,47 +378,32 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 	if err != nil || !exists {
 		return ports.ScanResult{Done: true}, err
 	}
-	spaces := keySpaces(t)
-	if q.Descending {
-		for i, j := 0, len(spaces)-1; i < j; i, j = i+1, j-1 {
-			spaces[i], spaces[j] = spaces[j], spaces[i]
-		}
-	}
 	var items []ports.ScanItem
 	var arena arena
-	for _, ks := range spaces {
-		var a args
-		conds, ok, err := ks.conds(&a, q.Range, q.After, q.Descending)
+	for _, ks := range scanSpaces(t, q.Descending) {
+		want := q.Limit - len(items)
+		sql, a, ok, err := ks.scanStatement(q, strconv.Itoa(want))
 		if err != nil {
-			return ports.ScanResult{}, invalidArg("cannot scan %s: %v", t, err)
+			return ports.ScanResult{}, err
 		}
 		if !ok {
 			continue
 		}
-		want := q.Limit - len(items)
 		if items == nil {
 			items = make([]ports.ScanItem, 0, min(q.Limit, 1024))
 		}
-		rows, err := s.pool.Query(ctx, scanSQL(ks, conds, q.Descending, strconv.Itoa(want)), a...)
+		rows, err := s.pool.Query(ctx, sql, a...)
 		n := 0
 		var bad error
-		emit := func(id []byte, r *row) {
-			n++
-			k, ok := rowKey(t, id)
-			if !ok {
-				if bad == nil {
-					bad = domain.Errorf(domain.CodeInternal, "table %s holds a key Sink cannot decode", t)
-				}
-				return
-			}
-			items = append(items, ports.ScanItem{Key: k, Record: domain.Record{Document: r.doc, Revision: r.rev}})
-		}
 		if err == nil {
-			if t.legacy == nil && rawReadable(rows) {
-				err = eachRawRow(rows, &arena, emit)
-			} else {
-				err = eachRow(t, rows, emit)
-			}
+			_, err = readRows(t, rows, &arena, func(id []byte, r *row) bool {
+				n++
+				if it, ok := scanItem(t, id, r, &bad); ok {
+					items = append(items, it)
+				}
+				return true
+			})
+			rows.Close()
 		}
 		if err != nil {
 			if missingTable(err) {
@@ -434,6 +420,43 @@ func (s *Store) Scan(ctx context.Context, q ports.ScanQuery) (ports.ScanResult, 
 		}
 	}
 	return ports.ScanResult{Items: items, Done: true}, nil
+}
+
+// scanSpaces returns the key spaces of t in the scan direction.
+func scanSpaces(t target, desc bool) []keySpace {
+	spaces := keySpaces(t)
+	if desc {
+		slices.Reverse(spaces)
+	}
+	return spaces
+}
+
+// scanStatement returns the statement reading the records of ks that q
+// asks for (in q's range, after q.After, in q's direction), at most limit
+// of them ("ALL": every one), and its arguments; ok is false when no key
+// of the kind can be.
+func (ks keySpace) scanStatement(q ports.ScanQuery, limit string) (sql string, a args, ok bool, err error) {
+	conds, ok, err := ks.conds(&a, q.Range, q.After, q.Descending)
+	if err != nil {
+		return "", nil, false, invalidArg("cannot scan %s: %v", ks.t, err)
+	}
+	if !ok {
+		return "", nil, false, nil
+	}
+	return scanSQL(ks, conds, q.Descending, limit), a, true, nil
+}
+
+// scanItem makes the record of a row a scan read; a key Sink cannot
+// decode leaves it out and sets *bad (once).
+func scanItem(t target, id []byte, r *row, bad *error) (ports.ScanItem, bool) {
+	k, ok := rowKey(t, id)
+	if !ok {
+		if *bad == nil {
+			*bad = domain.Errorf(domain.CodeInternal, "table %s holds a key Sink cannot decode", t)
+		}
+		return ports.ScanItem{}, false
+	}
+	return ports.ScanItem{Key: k, Record: domain.Record{Document: r.doc, Revision: r.rev}}, true
 }
 
 // rawReadable reports whether the columns of a Sink table's selectColumns
@@ -475,18 +498,17 @@ func (a *arena) copy(b []byte) []byte {
 	return a.buf[start:len(a.buf):len(a.buf)]
 }
 
-// eachRawRow is eachRow for the rows of a Sink table's selectColumns in
+// eachRawRow is readRows for the rows of a Sink table's selectColumns in
 // the formats rawReadable accepts, read from their raw values into a (nil:
 // a copy per value): no copy of the key, the content type shared with the
 // previous row's when equal, the mark (a fifth column) decoded.
-func eachRawRow(rows pgx.Rows, a *arena, emit func(id []byte, r *row)) error {
-	defer rows.Close()
+func eachRawRow(rows pgx.Rows, a *arena, emit func(id []byte, r *row) bool) (stopped bool, err error) {
 	var ct string
 	var r row
 	for rows.Next() {
 		v := rows.RawValues()
 		if len(v) < 4 || v[0] == nil || v[1] == nil || v[2] == nil || v[3] == nil {
-			return fmt.Errorf("a row of %d columns with NULLs where Sink's tables have none", len(v))
+			return false, fmt.Errorf("a row of %d columns with NULLs where Sink's tables have none", len(v))
 		}
 		if string(v[1]) != ct {
 			ct = string(v[1])
@@ -495,13 +517,15 @@ func eachRawRow(rows pgx.Rows, a *arena, emit func(id []byte, r *row)) error {
 		if len(v) > 4 {
 			var err error
 			if m, err = decodeMark(v[4]); err != nil {
-				return err
+				return false, err
 			}
 		}
 		r = row{doc: domain.Document{ContentType: ct, Data: orEmpty(a.copy(v[2]))}, rev: domain.Revision(v[3]), mark: m}
-		emit(v[0], &r)
+		if !emit(v[0], &r) {
+			return true, nil
+		}
 	}
-	return rows.Err()
+	return false, rows.Err()
 }
 
 // Count implements ports.Scanner: SELECT count(*) with the range's

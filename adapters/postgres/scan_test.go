@@ -25,9 +25,18 @@ func TestScanConformance(t *testing.T) {
 	for _, enc := range []struct {
 		name   string
 		encode func(testing.TB, domain.Value) domain.Document
-	}{{"JSON", storagetest.EncodeJSON}, {"BSON", storagetest.EncodeBSON}} {
+		params string
+	}{
+		{"JSON", storagetest.EncodeJSON, ""}, {"BSON", storagetest.EncodeBSON, ""},
+		// Every column as text: rows are read through Scan, not raw.
+		{"SimpleProtocol", storagetest.EncodeJSON, "default_query_exec_mode=simple_protocol"},
+	} {
 		t.Run(enc.name, func(t *testing.T) {
-			p, _ := newPool(t, 8)
+			url := pgtest.Shared(t).NewDatabase(t)
+			if enc.params != "" {
+				url += map[bool]string{true: "&", false: "?"}[strings.Contains(url, "?")] + enc.params
+			}
+			p := poolFor(t, url, 8)
 			storagetest.RunScan(t, storagetest.ScanFixtures{
 				NewStorage: func(t *testing.T) ports.Storage { return newStore(t, p, postgres.Options{}) },
 				Store:      "primary",
@@ -76,7 +85,8 @@ func FuzzScanDifferential(f *testing.F) {
 // TestScanLegacyTables: rows that psql inserted into bound tables of each
 // key column type are scanned in the key order (text by bytes whatever
 // the column's collation; uuid and bytea as bytes keys: length, then
-// bytes), with ranges and every page size, beside records Sink wrote;
+// bytes), with ranges and every page size, with a query per read and
+// through a stream, beside records Sink wrote;
 // Sink's meta column never shows, and documents and revisions are what
 // Read returns.
 func TestScanLegacyTables(t *testing.T) {
@@ -161,10 +171,18 @@ func TestScanLegacyTables(t *testing.T) {
 							want = append(want, k)
 						}
 					}
-					for limit := 1; limit <= len(all)+1; limit++ {
-						keys, docs := storagetest.ScanAll(ctx, t, s, ports.ScanQuery{Dataset: d, Range: r, Descending: desc, Limit: limit}, nil)
+					for limit := 1; limit <= 2*(len(all)+1); limit++ {
+						// Every page size with a query per read, then through a stream.
+						q := ports.ScanQuery{Dataset: d, Range: r, Descending: desc, Limit: (limit-1)%(len(all)+1) + 1}
+						var keys []domain.Key
+						var docs []domain.Document
+						if limit <= len(all)+1 {
+							keys, docs = storagetest.ScanAll(ctx, t, s, q, nil)
+						} else {
+							keys, docs = storagetest.ScanAllStream(ctx, t, s, q, nil)
+						}
 						if !slices.EqualFunc(keys, want, domain.Key.Equal) {
-							t.Fatalf("range %+v descending %v page %d: keys %v, want %v", r, desc, limit, keys, want)
+							t.Fatalf("range %+v descending %v page %d (stream %v): keys %v, want %v", r, desc, q.Limit, limit > len(all)+1, keys, want)
 						}
 						for j, k := range keys {
 							if rec := byKey[k.String()]; string(docs[j].Data) != string(rec.Document.Data) || docs[j].ContentType != rec.Document.ContentType {

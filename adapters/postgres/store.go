@@ -37,6 +37,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -79,6 +80,14 @@ type Options struct {
 	Secrets []string
 	// TracerProvider makes a span per Read and Write call (nil: none).
 	TracerProvider trace.TracerProvider
+	// ScanStreams is the most connections of the pool that streamed scans
+	// (OpenScan) hold at once (0: half the pool's, rounded down; at most
+	// all but one; negative: none, every read of a stream is a query). A
+	// stream that finds none free reads with a query per read until one is.
+	ScanStreams int
+	// ScanStreamIdle is how long a streamed scan that nobody reads keeps
+	// its SELECT and connection (default DefaultScanStreamIdle).
+	ScanStreamIdle time.Duration
 }
 
 // DefaultOptions returns Options with every default filled in.
@@ -98,6 +107,9 @@ func (o *Options) setDefaults() {
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
+	if o.ScanStreamIdle == 0 {
+		o.ScanStreamIdle = DefaultScanStreamIdle
+	}
 }
 
 // Validate reports every problem of the (defaulted) options at once.
@@ -107,6 +119,9 @@ func (o Options) Validate() error {
 		p.Add("MarkRing must be between 1 and %d, got %d", domain.MaxAppliedRing, o.MarkRing)
 	}
 	p.Positive("MaxAttempts", o.MaxAttempts)
+	if o.ScanStreamIdle < 0 {
+		p.Add("ScanStreamIdle must be positive, got %s", o.ScanStreamIdle)
+	}
 	return p.Err()
 }
 
@@ -120,6 +135,15 @@ type Store struct {
 	secrets     []string
 	tracer      trace.Tracer
 	readsBack   bool
+	// streamSlots holds a token per connection a streamed scan holds;
+	// its capacity is Options.ScanStreams. streamIdle is
+	// Options.ScanStreamIdle; streamIdleHook, when set (tests), runs when
+	// a stream gives its connection back for being idle.
+	streamSlots    chan struct{}
+	streamIdle     time.Duration
+	streamIdleHook func()
+	// streamStop bounds the end of a SELECT a stream stops early.
+	streamStop time.Duration
 
 	mu    sync.Mutex
 	ready map[target]*tableSQL // tables known to exist (and, bound, checked)
@@ -145,9 +169,16 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 			readsBack = false // jsonb normalises what it stores
 		}
 	}
+	// Streams never hold the whole pool: writes keep a connection at least.
+	poolSize := int(pool.Config().MaxConns)
+	streams := min(opts.ScanStreams, poolSize-1)
+	if opts.ScanStreams == 0 {
+		streams = poolSize / 2
+	}
 	return &Store{
 		pool: pool, names: m, revs: newRevisions(), markRing: opts.MarkRing, maxAttempts: opts.MaxAttempts,
 		secrets: opts.Secrets, tracer: tracerOf(opts.TracerProvider), readsBack: readsBack,
+		streamSlots: make(chan struct{}, max(streams, 0)), streamIdle: opts.ScanStreamIdle, streamStop: defaultStopLimit,
 		ready: map[target]*tableSQL{},
 	}, nil
 }
@@ -394,8 +425,20 @@ func scanRows(t target, rows pgx.Rows, found map[string]*row) error {
 // for the next row (the values it holds are not).
 func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 	defer rows.Close()
+	// A copy per record (no arena): a read keeps few.
+	_, err := readRows(t, rows, nil, func(id []byte, r *row) bool { emit(id, r); return true })
+	return err
+}
+
+// readRows hands the rows of selectColumns(t) to emit with their keyIDs
+// (r is reused for the next row, the values it holds are not), copying
+// raw values into a (nil: a copy each), until the rows end or emit returns
+// false; stopped tells which. It never closes rows: a stopped reader
+// leaves the rest of them to be read later (a streamed scan). Every read
+// of rows goes through it.
+func readRows(t target, rows pgx.Rows, a *arena, emit func(id []byte, r *row) bool) (stopped bool, err error) {
 	if t.legacy == nil && rawReadable(rows) {
-		return eachRawRow(rows, nil, emit) // a copy per record: a read keeps few
+		return eachRawRow(rows, a, emit)
 	}
 	// One set of destinations for every row: each Scan assigns freshly
 	// allocated values to them.
@@ -431,7 +474,7 @@ func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 	var idBuf []byte
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
-			return err
+			return false, err
 		}
 		r = row{}
 		var id []byte
@@ -439,7 +482,7 @@ func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 			id = kb
 			m, err := decodeMark(mark)
 			if err != nil {
-				return err
+				return false, err
 			}
 			r.doc = domain.Document{ContentType: deref(ct), Data: orEmpty(doc)}
 			r.rev = domain.Revision(rev)
@@ -459,16 +502,18 @@ func eachRow(t target, rows pgx.Rows, emit func(id []byte, r *row)) error {
 			}
 			m, err := decodeMeta(rev)
 			if err != nil {
-				return err
+				return false, err
 			}
 			r.doc = domain.Document{ContentType: b.ContentType, Data: orEmpty(doc)}
 			r.rev = legacyRevision(m, r.doc.Data)
 			r.mark = m.mark
 			r.meta = m
 		}
-		emit(id, &r)
+		if !emit(id, &r) {
+			return true, nil
+		}
 	}
-	return rows.Err()
+	return false, rows.Err()
 }
 
 func deref(p *string) string {
