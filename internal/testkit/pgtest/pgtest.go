@@ -18,6 +18,7 @@
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -265,19 +266,96 @@ func Private(t testing.TB) *Server {
 	return srv
 }
 
-// Pause freezes the server: SIGSTOP to its process group, the postmaster
-// and every backend (connections stay open; statements wait). Resume
-// continues it. Only for a server this package started.
-func (s *Server) Pause() error { return s.signalGroup(syscall.SIGSTOP) }
-
-// Resume continues a server that Pause froze (SIGCONT to its process group).
-func (s *Server) Resume() error { return s.signalGroup(syscall.SIGCONT) }
-
-func (s *Server) signalGroup(sig syscall.Signal) error {
+// Pause freezes the server: SIGSTOP to the postmaster and to every
+// backend and auxiliary process (connections stay open; statements wait),
+// and returns once each of them is stopped. PostgreSQL's children call
+// setsid(), so they are not in the postmaster's process group: each is
+// signalled by its parent process ID. Resume continues it. Only for a
+// server this package started.
+func (s *Server) Pause() error {
 	if s.cmd == nil {
-		return fmt.Errorf("pgtest: %v: not a server this package runs", sig)
+		return fmt.Errorf("pgtest: pause: not a server this package runs")
 	}
-	return syscall.Kill(-s.cmd.Process.Pid, sig)
+	pid := s.cmd.Process.Pid
+	// The postmaster first: stopped, it starts no new backend.
+	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	kids := children(pid)
+	for _, k := range kids {
+		_ = syscall.Kill(k, syscall.SIGSTOP) // one may have exited meanwhile
+	}
+	return waitStopped(append(kids, pid), 10*time.Second)
+}
+
+// Resume continues a server that Pause froze: its children, then the
+// postmaster's process group.
+func (s *Server) Resume() error {
+	if s.cmd == nil {
+		return fmt.Errorf("pgtest: resume: not a server this package runs")
+	}
+	pid := s.cmd.Process.Pid
+	for _, k := range children(pid) {
+		_ = syscall.Kill(k, syscall.SIGCONT)
+	}
+	return syscall.Kill(-pid, syscall.SIGCONT)
+}
+
+// children returns the processes whose parent is pid (from /proc).
+func children(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(c); ok && ppid == pid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// procStat reads a process's parent ID and state from /proc/PID/stat.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return ppid, f[0][0], err == nil
+}
+
+// waitStopped waits until each process that still exists is stopped
+// (state T): a signal is delivered asynchronously.
+func waitStopped(pids []int, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		running := 0
+		for _, p := range pids {
+			if _, st, ok := procStat(p); ok && st != 'T' && st != 't' && st != 'Z' && st != 'X' {
+				running = p
+				break
+			}
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgtest: pause: process %d not stopped after %s", running, bound)
+		}
+		time.Sleep(time.Millisecond) // no notification exists for another process's stop
+	}
 }
 
 // start returns the server, or skip when there are no binaries.

@@ -101,3 +101,54 @@ func TestExistingServerFromEnvironment(t *testing.T) {
 		t.Fatalf("Close stopped a server it did not start: %v", err)
 	}
 }
+
+// Pause freezes the backends of open connections too, not only the
+// postmaster (PostgreSQL's children leave its process group with
+// setsid()): a statement on a connection opened before the pause gets no
+// answer until Resume.
+func TestPauseFreezesOpenConnections(t *testing.T) {
+	srv := Private(t)
+	if srv.cmd == nil {
+		t.Skip("an existing server: pgtest does not pause it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, srv.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var one int
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	kids := children(srv.cmd.Process.Pid)
+	if len(kids) == 0 {
+		t.Fatal("the postmaster has no children: the test looks at the wrong process")
+	}
+	for _, k := range append(kids, srv.cmd.Process.Pid) {
+		if _, st, ok := procStat(k); ok && st != 'T' && st != 't' {
+			t.Errorf("process %d is in state %c after Pause, want stopped", k, st)
+		}
+	}
+	qctx, qcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	err = conn.QueryRow(qctx, "SELECT 2").Scan(&one)
+	qcancel()
+	if err == nil {
+		t.Errorf("a statement on an open connection was answered while the server was paused")
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := pgx.Connect(ctx, srv.NewDatabase(t))
+	if err != nil {
+		t.Fatalf("after Resume: %v", err)
+	}
+	defer c2.Close(context.Background())
+	if err := c2.QueryRow(ctx, "SELECT 3").Scan(&one); err != nil || one != 3 {
+		t.Fatalf("after Resume: %d, %v", one, err)
+	}
+}
