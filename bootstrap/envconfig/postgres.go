@@ -14,13 +14,16 @@ type PostgresConfig struct {
 	Store            string        `env:"SINK_POSTGRES_STORE" desc:"Name of the store PostgreSQL serves. Empty: SINK_STORE."`
 	PoolSize         int           `env:"SINK_POSTGRES_POOL_SIZE" desc:"Most connections to PostgreSQL (one Write call holds one for its transaction)."`
 	StatementTimeout time.Duration `env:"SINK_POSTGRES_STATEMENT_TIMEOUT" desc:"statement_timeout of every statement on the server (0: the server's setting). A statement stopped by it is rolled back and fails with a retryable UNAVAILABLE."`
+	ScanStreams      int           `env:"SINK_POSTGRES_SCAN_STREAMS" desc:"Most pool connections that Scan calls hold at once, each for one streaming SELECT read through all the call's pages (0: half of SINK_POSTGRES_POOL_SIZE, at most all but one; -1: none, every page is a query of its own). A Scan that finds none free reads a query per page until one is."`
+	ScanStreamIdle   time.Duration `env:"SINK_POSTGRES_SCAN_STREAM_IDLE" desc:"How long a Scan call's streaming SELECT that nobody reads (a slow client) keeps its connection and snapshot before it is canceled; its next page starts a new SELECT after the last key."`
 	Bindings         string        `env:"SINK_POSTGRES_BINDINGS" desc:"JSON array binding logical namespace/dataset pairs to existing tables with a key column (bigint, text, uuid, bytea) and a document column (jsonb, json, text, bytea), e.g. [{\"namespace\":\"shop\",\"dataset\":\"orders\",\"schema\":\"public\",\"table\":\"orders\",\"key_column\":\"id\",\"key_type\":\"bigint\",\"document_column\":\"body\",\"document_type\":\"jsonb\"}]. See docs/postgres.md."`
 }
 
-var postgresNames = []rename{{"MarkRing", "SINK_IDEMPOTENCY_RING"}, {"MaxAttempts", ""}}
+var postgresNames = []rename{{"MarkRing", "SINK_IDEMPOTENCY_RING"}, {"MaxAttempts", ""},
+	{"ScanStreamIdle", "SINK_POSTGRES_SCAN_STREAM_IDLE"}, {"ScanStreams", "SINK_POSTGRES_SCAN_STREAMS"}}
 
 func postgresDefaults() PostgresConfig {
-	return PostgresConfig{PoolSize: postgres.DefaultPoolSize}
+	return PostgresConfig{PoolSize: postgres.DefaultPoolSize, ScanStreamIdle: postgres.DefaultScanStreamIdle}
 }
 
 // Enabled reports whether PostgreSQL storage is configured.
@@ -35,6 +38,9 @@ func (c Config) validatePostgres(unparsed map[string]bool) []error {
 	}
 	if p.StatementTimeout < 0 && !unparsed["SINK_POSTGRES_STATEMENT_TIMEOUT"] {
 		add("SINK_POSTGRES_STATEMENT_TIMEOUT must not be negative, got %s", p.StatementTimeout)
+	}
+	if p.ScanStreams < -1 && !unparsed["SINK_POSTGRES_SCAN_STREAMS"] {
+		add("SINK_POSTGRES_SCAN_STREAMS must be -1 (none), 0 (half the pool) or a number of connections, got %d", p.ScanStreams)
 	}
 	if _, err := postgres.ParseBindings(p.Bindings); err != nil {
 		errs = append(errs, err)
@@ -59,6 +65,7 @@ func (c Config) postgresOptions() postgres.Options {
 	o := postgres.DefaultOptions()
 	o.Store = or(c.Postgres.Store, c.Store)
 	o.MarkRing = c.IdempotencyRing
+	o.ScanStreams, o.ScanStreamIdle = c.Postgres.ScanStreams, c.Postgres.ScanStreamIdle
 	return o
 }
 
