@@ -97,17 +97,7 @@ func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.W
 	if err != nil {
 		return nil, StatusError(err)
 	}
-	var one [1]domain.Mutation // a single write's, on the stack
-	ops := req.GetOperations()
-	buf := one[:0]
-	if len(ops) > 1 {
-		buf = getMutations()
-	}
-	muts := writeMutations(buf, ops)
-	results, err := s.svc.Write(ctx, muts, completion)
-	if len(ops) > 1 {
-		putMutations(muts) // the application copied them (Service.Write keeps none)
-	}
+	results, err := s.write(ctx, req.GetOperations(), completion)
 	if err != nil {
 		return nil, StatusError(err)
 	}
@@ -208,6 +198,20 @@ func appendRevision(buf []byte, rev domain.Revision) ([]byte, []byte) {
 	start := len(buf)
 	buf = append(buf, rev...)
 	return buf[start:len(buf):len(buf)], buf
+}
+
+// write has the application write ops: a single operation's mutation on
+// the stack, a batch's in a pooled slice. (Two paths: were the pooled slice
+// and the array in one variable, the array would escape to the heap.)
+func (s *Server) write(ctx context.Context, ops []*sinkv1.WriteOperation, completion application.Completion) ([]application.WriteResult, error) {
+	if len(ops) > 1 {
+		muts := writeMutations(getMutations(), ops)
+		results, err := s.svc.Write(ctx, muts, completion)
+		putMutations(muts) // the application copied them (Service.Write keeps none)
+		return results, err
+	}
+	var one [1]domain.Mutation // a single write's, on the stack
+	return s.svc.Write(ctx, writeMutations(one[:0], ops), completion)
 }
 
 // mutationBufs holds slices of mutations for batch writes (a
