@@ -270,7 +270,10 @@ func (s *Service) admit(ctx context.Context, ops, bytes int) error {
 }
 
 // Write applies or enqueues puts and merges (mutations of kind put or
-// merge), one result per mutation, in order.
+// merge), one result per mutation, in order. It copies muts before it
+// changes or keeps any of them (work that goes on after a caller left at
+// its deadline uses the copy): the caller may reuse the slice once Write
+// has returned (the gRPC adapter pools batches' slices).
 func (s *Service) Write(ctx context.Context, muts []domain.Mutation, completion Completion) ([]WriteResult, error) {
 	return s.mutate(ctx, muts, completion, domain.MutationPut, domain.MutationMerge)
 }

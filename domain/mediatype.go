@@ -55,15 +55,28 @@ func bareMediaType(contentType string) bool {
 	slash := -1
 	for i := 0; i < len(contentType); i++ {
 		c := contentType[i]
-		switch {
-		case c == '/':
+		if c == '/' {
 			if slash >= 0 {
 				return false
 			}
 			slash = i
-		case c <= ' ', c >= 0x7f, 'A' <= c && c <= 'Z', strings.IndexByte(`()<>@,;:\"[]?=`, c) >= 0:
+			continue
+		}
+		if !bareTokenByte[c] {
 			return false
 		}
 	}
 	return slash > 0 && slash < len(contentType)-1
 }
+
+// bareTokenByte holds, for each byte, whether it may stand in a bare media
+// type's type or subtype: a token character (RFC 9110) that is not an
+// upper-case letter. (A table: every document's check looks at each byte
+// of its content type; searching the separators for each took 2 % of a
+// batch put's processor time.)
+var bareTokenByte = func() (t [256]bool) {
+	for c := '!'; c < 0x7f; c++ {
+		t[c] = !('A' <= c && c <= 'Z') && !strings.ContainsRune(`()<>@,;:\"[]?=/`, c)
+	}
+	return t
+}()

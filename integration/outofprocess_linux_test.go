@@ -79,19 +79,21 @@ func pinnedPrefix(b *testing.B) []string {
 }
 
 // loadMeasure is what measureLoad measured of one server: its rate, and
-// per request its processor time and its allocations.
+// per request its processor time, its allocations and its write system
+// calls (how often its connections' output was flushed).
 type loadMeasure struct {
-	rate, cpuMicros, allocs, bytes float64
+	rate, cpuMicros, allocs, bytes, writes float64
 }
 
 // measureLoad sends n requests of c to srv from clients goroutines.
 func measureLoad(b *testing.B, srv pinnedServer, c singleOpCase, clients, n int) loadMeasure {
 	b.Helper()
-	cpu := processCPU(b, srv.pid)
+	cpu, writes := processCPU(b, srv.pid), processWrites(b, srv.pid)
 	allocs, bytes := heapAllocations(b, srv.httpAddr)
 	r := runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(srv.client, i) })
 	allocsAfter, bytesAfter := heapAllocations(b, srv.httpAddr)
 	return loadMeasure{
+		writes:    float64(processWrites(b, srv.pid)-writes) / float64(n),
 		rate:      r.rate() * float64(c.ops),
 		cpuMicros: float64((processCPU(b, srv.pid) - cpu).Microseconds()) / float64(n),
 		allocs:    (allocsAfter - allocs) / float64(n),
@@ -122,8 +124,11 @@ func loadClients(c singleOpCase) int {
 // another machine would measure it. Each server's allocations per request
 // come from its Go runtime metrics (srv-allocs/op and srv-B/op for Sink,
 // null-allocs/op and null-B/op for the null server; "op" is a request,
-// of 500 operations in the batch cases). Sink is measured first in each
-// run; -count alternates the runs.
+// of 500 operations in the batch cases), and its write system calls per
+// request from /proc (srv-writes/op, null-writes/op: how often it flushed
+// its connections, which grow when a response's frames go out in more
+// than one write). Sink is measured first in each run; -count alternates
+// the runs.
 func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 	sink, null := startPinnedServers(b)
 	for _, c := range loadCases() {
@@ -142,6 +147,8 @@ func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 			b.ReportMetric(s.bytes, "srv-B/op")
 			b.ReportMetric(f.allocs, "null-allocs/op")
 			b.ReportMetric(f.bytes, "null-B/op")
+			b.ReportMetric(s.writes, "srv-writes/op")
+			b.ReportMetric(f.writes, "null-writes/op")
 		})
 	}
 }
@@ -278,6 +285,27 @@ func processCPU(b testing.TB, pid int) time.Duration {
 		ticks += v
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// processWrites returns how many write system calls the process pid has
+// made, from /proc/<pid>/io (syscw).
+func processWrites(b testing.TB, pid int) int64 {
+	b.Helper()
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "syscw:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				b.Fatalf("/proc/%d/io: %v", pid, err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("/proc/%d/io has no syscw: %q", pid, raw)
+	return 0
 }
 
 // pinSelf runs every thread of this process on processor cpu, with

@@ -9,8 +9,8 @@ import (
 // class, and hands out zeroed buffers of the length asked for.
 func TestBoundedPoolKeepsABoundedAmount(t *testing.T) {
 	p := newBoundedPool()
-	if boundedPoolMaxBytes > 8<<20 {
-		t.Fatalf("the pool may keep %d bytes; keep it under 8 MiB", boundedPoolMaxBytes)
+	if boundedPoolMaxBytes > 11<<20 {
+		t.Fatalf("the pool may keep %d bytes; keep it under 11 MiB", boundedPoolMaxBytes)
 	}
 	// A burst: many buffers of every size in use at once, then all freed.
 	var bufs []*[]byte

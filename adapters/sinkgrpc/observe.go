@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -62,10 +61,11 @@ func UnaryInterceptor(obs RPCObserver, log *slog.Logger) grpc.UnaryServerInterce
 		start := time.Now()
 		rc := newRPCContext(ctx, info.FullMethod)
 		id := rc.Info.ID
-		// The header goes out with the response, also with an error status.
-		setRequestIDHeader(ctx, id)
+		resp, err := handler(&rc.RequestContext, req)
+		// The header goes out with the response, also with an error status
+		// (see sendRequestIDHeader).
+		rc.sendRequestIDHeader(ctx)
 		ctx = &rc.RequestContext
-		resp, err := handler(ctx, req)
 		code := status.Code(err)
 		if obs != nil {
 			obs.RPC(info.FullMethod, code, time.Since(start))
@@ -106,20 +106,22 @@ func logFailedRequest(ctx context.Context, log *slog.Logger, id, method string, 
 	)
 }
 
-// requestIDHeaders holds metadata with the one key RequestIDHeader. The
-// server stream merges what SetHeader gives it into metadata of its own
-// (metadata.Join, which copies keys and values), so the map can serve the
-// next request: a new map per request was about 400 bytes, half of what
-// the header costs the server.
-var requestIDHeaders = sync.Pool{New: func() any { return metadata.MD{RequestIDHeader: make([]string, 1)} }}
-
-// setRequestIDHeader sets the x-request-id response header to id.
-func setRequestIDHeader(ctx context.Context, id string) {
-	md := requestIDHeaders.Get().(metadata.MD)
-	md[RequestIDHeader][0] = id // the key is lower case already
-	_ = grpc.SetHeader(ctx, md)
-	md[RequestIDHeader][0] = ""
-	requestIDHeaders.Put(md)
+// sendRequestIDHeader sends the response header with x-request-id set to
+// the request's id. It is called when the handler has returned, right
+// before grpc-go encodes and sends the response (or the error status), so
+// the header is queued with them, as it was when it was set (SetHeader)
+// before the handler and sent with the response; headers the handler set
+// are sent with it.
+//
+// grpc.SetHeader merges what it is given into metadata of the stream's
+// own (metadata.Join: a map, its entries and the value's slice: three
+// allocations, and a fourth when the header's field list grows). SendHeader
+// takes the metadata as the stream's header when the handler set none,
+// and keeps it: so it is a map of its own per request (two allocations),
+// whose value slice is the request's rpcContext's.
+func (rc *rpcContext) sendRequestIDHeader(ctx context.Context) {
+	rc.header[0] = rc.Info.ID // the key is lower case already
+	_ = grpc.SendHeader(ctx, metadata.MD{RequestIDHeader: rc.header[:]})
 }
 
 // MaxLoggedMessageLength bounds the whole-request error message logged.
@@ -145,6 +147,8 @@ func loggedMessage(msg string) string {
 type rpcContext struct {
 	domain.RequestContext
 	id [2 * requestIDBytes]byte
+	// header is the value of the x-request-id response header.
+	header [1]string
 }
 
 // newRPCContext returns the context of a call of method with ctx: its id

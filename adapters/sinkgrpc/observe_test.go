@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -162,8 +163,9 @@ func TestInterceptorBoundsLoggedMessages(t *testing.T) {
 }
 
 // Over a real gRPC server, concurrent requests each get their own request
-// id back, whether the client gave one or not (the header's metadata is
-// reused between requests; see requestIDHeaders).
+// id back, whether the client gave one or not (each request's header
+// metadata shares its value slice with the request's context; see
+// sendRequestIDHeader).
 func TestConcurrentRequestsGetTheirOwnRequestIDs(t *testing.T) {
 	ts := startServer(t, nil, nil, 10, grpc.ChainUnaryInterceptor(UnaryInterceptor(nil, slog.New(slog.DiscardHandler))))
 	client := sinkv1.NewSinkClient(dial(t, ts.addr))
@@ -214,5 +216,53 @@ func TestConcurrentRequestsGetTheirOwnRequestIDs(t *testing.T) {
 	}
 	if len(generated) != callers*calls/2 {
 		t.Fatalf("%d generated request ids, want %d", len(generated), callers*calls/2)
+	}
+}
+
+// Over a real gRPC server the x-request-id header arrives once with a
+// response and with an error status, for Sink's methods and the health
+// check, and beside headers that an inner interceptor or the handler set
+// (the interceptor sends the header after the handler returned; see
+// sendRequestIDHeader).
+func TestRequestIDHeaderArrivesWithResponsesAndErrors(t *testing.T) {
+	setsHeader := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == healthpb.Health_Check_FullMethodName {
+			if err := grpc.SetHeader(ctx, metadata.Pairs("x-inner", "set")); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
+	ts := startServer(t, nil, nil, 10, grpc.ChainUnaryInterceptor(UnaryInterceptor(nil, slog.New(slog.DiscardHandler)), setsHeader))
+	conn := dial(t, ts.addr)
+	check := func(what string, header metadata.MD, want string) {
+		t.Helper()
+		got := header.Get(RequestIDHeader)
+		if len(got) != 1 || (want != "" && got[0] != want) || (want == "" && len(got[0]) != 32) {
+			t.Fatalf("%s: x-request-id header %q, want %q (32 hex digits when empty)", what, got, want)
+		}
+	}
+	for _, sent := range []string{"", "client-id-9"} {
+		ctx := context.Background()
+		if sent != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, RequestIDHeader, sent)
+		}
+		var header metadata.MD
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header))
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health check: %v %v", resp, err)
+		}
+		check("health check", header, sent)
+		if got := header.Get("x-inner"); len(got) != 1 || got[0] != "set" {
+			t.Fatalf("the inner interceptor's header: %q", got)
+		}
+		header = nil
+		if _, err := sinkv1.NewSinkClient(conn).Read(ctx, &sinkv1.ReadRequest{}, grpc.Header(&header)); status.Code(err) != codes.Unimplemented {
+			t.Fatalf("Read: %v", err)
+		}
+		check("an error status", header, sent)
+		if len(header.Get("x-inner")) != 0 {
+			t.Fatalf("Read got the health check's header: %v", header)
+		}
 	}
 }

@@ -5,6 +5,7 @@ package sinkgrpc
 
 import (
 	"context"
+	"sync"
 
 	"github.com/sink-io/sink/application"
 	"github.com/sink-io/sink/domain"
@@ -96,8 +97,7 @@ func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.W
 	if err != nil {
 		return nil, StatusError(err)
 	}
-	var one [1]domain.Mutation // a single write's, on the stack
-	results, err := s.svc.Write(ctx, writeMutations(one[:0], req.GetOperations()), completion)
+	results, err := s.write(ctx, req.GetOperations(), completion)
 	if err != nil {
 		return nil, StatusError(err)
 	}
@@ -198,6 +198,50 @@ func appendRevision(buf []byte, rev domain.Revision) ([]byte, []byte) {
 	start := len(buf)
 	buf = append(buf, rev...)
 	return buf[start:len(buf):len(buf)], buf
+}
+
+// write has the application write ops: a single operation's mutation on
+// the stack, a batch's in a pooled slice. (Two paths: were the pooled slice
+// and the array in one variable, the array would escape to the heap.)
+func (s *Server) write(ctx context.Context, ops []*sinkv1.WriteOperation, completion application.Completion) ([]application.WriteResult, error) {
+	if len(ops) > 1 {
+		muts := writeMutations(getMutations(), ops)
+		results, err := s.svc.Write(ctx, muts, completion)
+		putMutations(muts) // the application copied them (Service.Write keeps none)
+		return results, err
+	}
+	var one [1]domain.Mutation // a single write's, on the stack
+	return s.svc.Write(ctx, writeMutations(one[:0], ops), completion)
+}
+
+// mutationBufs holds slices of mutations for batch writes (a
+// 500-operation batch's took 150 KB, 7 % of what the server allocated per
+// request, which the collector paid for). Only slices of at most
+// maxPooledMutations are kept, emptied, so that the pool keeps no request's
+// documents alive and no more than that per slice; the collector empties
+// the pool when it is idle.
+var mutationBufs sync.Pool // *[]domain.Mutation
+
+// maxPooledMutations bounds the capacity of a slice kept in mutationBufs.
+const maxPooledMutations = 1024
+
+// getMutations returns an empty slice of mutations, with room from an
+// earlier batch when the pool has one.
+func getMutations() []domain.Mutation {
+	if p, ok := mutationBufs.Get().(*[]domain.Mutation); ok {
+		return *p
+	}
+	return nil
+}
+
+// putMutations gives muts (which nothing uses any more) to the pool.
+func putMutations(muts []domain.Mutation) {
+	if cap(muts) > maxPooledMutations {
+		return
+	}
+	clear(muts)
+	muts = muts[:0]
+	mutationBufs.Put(&muts)
 }
 
 // writeMutations returns the mutations of a Write request's operations,

@@ -127,3 +127,55 @@ func TestSingleResponsesTakeOneAllocation(t *testing.T) {
 		t.Errorf("a single delete's response: %v allocations, want %v", n, want)
 	}
 }
+
+// A batch's mutation slice goes back to the pool emptied (it keeps no
+// request's addresses or documents), and only up to maxPooledMutations;
+// batches of different sizes and contents written one after the other,
+// each reusing the last one's slice, store exactly their own documents.
+func TestBatchMutationSlicesArePooledEmptied(t *testing.T) {
+	muts := make([]domain.Mutation, 3, 8)
+	for i := range muts {
+		muts[i] = domain.Mutation{Kind: domain.MutationPut, Address: domain.Address{Namespace: "n", Dataset: "d", Key: domain.StringKey("k")}, Document: domain.Document{Data: []byte(`{}`)}}
+	}
+	putMutations(muts)
+	for i, m := range muts {
+		if m.Kind != 0 || m.Address.Namespace != "" || m.Document.Data != nil {
+			t.Fatalf("pooled mutation %d still holds %+v", i, m)
+		}
+	}
+	big := make([]domain.Mutation, 1, maxPooledMutations+1)
+	big[0].Address.Namespace = "kept"
+	putMutations(big)
+	if big[0].Address.Namespace != "kept" {
+		t.Fatal("a slice above maxPooledMutations was emptied: it must be left to the collector, not pooled")
+	}
+
+	srv, _ := keyServer(t)
+	ctx := t.Context()
+	addr := func(k string) *sinkv1.RecordAddress {
+		return &sinkv1.RecordAddress{Namespace: "n", Dataset: "d", Key: &sinkv1.RecordKey{Kind: &sinkv1.RecordKey_String_{String_: k}}}
+	}
+	for round, n := range []int{5, 2, 7, 3} {
+		var ops []*sinkv1.WriteOperation
+		var reads []*sinkv1.ReadOperation
+		for i := range n {
+			k := fmt.Sprint("r", i)
+			ops = append(ops, &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{
+				Address: addr(k), Document: jsonDoc(fmt.Sprintf(`{"round":%d,"i":%d}`, round, i))}}})
+			reads = append(reads, &sinkv1.ReadOperation{Address: addr(k)})
+		}
+		w, err := srv.Write(ctx, &sinkv1.WriteRequest{Operations: ops})
+		if err != nil || len(w.GetResults()) != n {
+			t.Fatalf("round %d: %v %v", round, w, err)
+		}
+		r, err := srv.Read(ctx, &sinkv1.ReadRequest{Operations: reads})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, res := range r.GetResults() {
+			if want := fmt.Sprintf(`{"round":%d,"i":%d}`, round, i); string(res.GetDocument().GetData()) != want {
+				t.Fatalf("round %d, record %d: %q, want %q", round, i, res.GetDocument().GetData(), want)
+			}
+		}
+	}
+}
