@@ -107,7 +107,8 @@ func ObservabilityModule() fx.Option {
 				func(m *sinkprom.Metrics) ports.LagObserver { return m },
 				func(m *sinkprom.Metrics) ports.DeadLetterObserver { return m },
 				func(m *sinkprom.Metrics, log *slog.Logger) GRPCObservability {
-					return GRPCObservability{Options: []grpc.ServerOption{grpc.ChainUnaryInterceptor(sinkgrpc.UnaryInterceptor(m, log))}}
+					return GRPCObservability{Options: []grpc.ServerOption{grpc.ChainUnaryInterceptor(sinkgrpc.UnaryInterceptor(m, log)),
+						grpc.ChainStreamInterceptor(sinkgrpc.StreamInterceptor(m, log))}}
 				},
 				func(p healthMonitorParams) (*application.HealthMonitor, error) {
 					deps := slices.Clone(p.Dependencies)

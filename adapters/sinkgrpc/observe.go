@@ -77,6 +77,35 @@ func UnaryInterceptor(obs RPCObserver, log *slog.Logger) grpc.UnaryServerInterce
 	}
 }
 
+// StreamInterceptor does for streaming RPCs (Scan, the health check's
+// Watch) what UnaryInterceptor does for unary ones: the request id (from
+// x-request-id or generated) in the stream's context and in the
+// x-request-id response header (sent with the first message, or with the
+// status when there is none), the RPC's code and duration to obs (except
+// for health Watch streams, which last as long as their client wants),
+// and whole-request failures logged with the request id. It must be the
+// outermost stream interceptor.
+func StreamInterceptor(obs RPCObserver, log *slog.Logger) grpc.StreamServerInterceptor {
+	if log == nil {
+		log = slog.Default()
+	}
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		rc := newRPCContext(ss.Context(), info.FullMethod)
+		rc.header[0] = rc.Info.ID
+		_ = ss.SetHeader(metadata.MD{RequestIDHeader: rc.header[:]})
+		err := handler(srv, withContext(ss, &rc.RequestContext))
+		code := status.Code(err)
+		if obs != nil && info.FullMethod != healthWatchMethod {
+			obs.RPC(info.FullMethod, code, time.Since(start))
+		}
+		if err != nil {
+			logFailedRequest(&rc.RequestContext, log, rc.Info.ID, info.FullMethod, code, err, start)
+		}
+		return err
+	}
+}
+
 // logFailedRequest logs a whole-request failure (see UnaryInterceptor).
 // It is a function of its own so that the interceptor's frame, on every
 // request's stack, stays small.

@@ -266,3 +266,57 @@ func TestRequestIDHeaderArrivesWithResponsesAndErrors(t *testing.T) {
 		}
 	}
 }
+
+// Streaming RPCs get a request id too: in the x-request-id response
+// header (with the first message, and with an error status), in the log
+// line of a failed stream, and in the RPC metrics (a health Watch, which
+// lasts as long as its client wants, is left out of them).
+func TestStreamsGetARequestID(t *testing.T) {
+	var logs bytes.Buffer
+	obs := &fakeRPCObserver{}
+	ts := startServer(t, nil, nil, 10, grpc.ChainStreamInterceptor(StreamInterceptor(obs, slog.New(slog.NewJSONHandler(&logs, nil)))))
+	conn := dial(t, ts.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	wctx, wcancel := context.WithCancel(ctx)
+	watch, err := healthpb.NewHealthClient(conn).Watch(metadata.AppendToOutgoingContext(wctx, RequestIDHeader, "watch-id-1"), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := watch.Header(); err != nil || len(h.Get(RequestIDHeader)) != 1 || h.Get(RequestIDHeader)[0] != "watch-id-1" {
+		t.Fatalf("Watch header %v, %v: want x-request-id watch-id-1", h, err)
+	}
+	wcancel()
+	// The stream closer, outside the interceptor, counts the watch until
+	// the interceptor has returned.
+	for ts.streams.HealthWatchers() != 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the health watch did not end")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	scan, err := sinkv1.NewSinkClient(conn).Scan(ctx, &sinkv1.ScanRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scan.Recv(); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Scan: %v, want Unimplemented", err)
+	}
+	h, _ := scan.Header()
+	if id := h.Get(RequestIDHeader); len(id) != 1 || len(id[0]) != 32 {
+		t.Fatalf("Scan's error status came with x-request-id %q, want a generated id", id)
+	}
+	if !strings.Contains(logs.String(), `"request_id":"`+h.Get(RequestIDHeader)[0]+`"`) || !strings.Contains(logs.String(), "/sink.v1.Sink/Scan") {
+		t.Fatalf("the failed Scan's log line has no request id: %s", logs.String())
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.got) != 1 || obs.got[0].method != "/sink.v1.Sink/Scan" || obs.got[0].code != codes.Unimplemented {
+		t.Fatalf("observed %+v, want the Scan only (Unimplemented)", obs.got)
+	}
+}

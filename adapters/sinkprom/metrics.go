@@ -199,11 +199,11 @@ func New(opts Options) *Metrics {
 
 		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sink_grpc_requests_total",
-			Help: "Finished unary gRPC requests by full method name and gRPC status code.",
+			Help: "Finished gRPC requests (unary, and streams other than the health check's Watch) by full method name and gRPC status code.",
 		}, []string{"method", "code"}),
 		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sink_grpc_request_duration_seconds",
-			Help:    "Latency of unary gRPC requests, from receipt to response, by full method name.",
+			Help:    "Latency of gRPC requests (unary: receipt to response; streams such as Scan: open to close), by full method name.",
 			Buckets: latency,
 		}, []string{"method"}),
 
