@@ -90,11 +90,7 @@ type scanStream struct {
 func (st *scanStream) Next(ctx context.Context, n int) (ports.ScanResult, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.gen++
-	if st.idle != nil {
-		st.idle.Stop()
-		st.idle = nil
-	}
+	st.disarm()
 	switch {
 	case st.closed:
 		return ports.ScanResult{}, domain.Errorf(domain.CodeInternal, "the scan of %s was closed", st.q.Dataset)
@@ -324,15 +320,21 @@ func (st *scanStream) stop() {
 	<-st.s.streamSlots
 }
 
-// Close implements ports.ScanStream.
-func (st *scanStream) Close() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
+// disarm stops the idle timer and makes one that already fired a no-op
+// (its generation is gone). st.mu is held.
+func (st *scanStream) disarm() {
 	st.gen++
 	if st.idle != nil {
 		st.idle.Stop()
 		st.idle = nil
 	}
+}
+
+// Close implements ports.ScanStream.
+func (st *scanStream) Close() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.disarm()
 	st.stop()
 	st.closed = true
 }
