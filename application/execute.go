@@ -897,6 +897,9 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 				rereads = append(rereads, k)
 				continue
 			}
+			if len(f.overtakes) > 0 && fenced(ctx, f) {
+				continue // not written: see fenced
+			}
 		}
 		appliedBuf = appliedBuf[:len(appliedBuf)+len(f.applied)]
 		if len(f.applied) == 0 { // (then there are no repeats either)
@@ -926,6 +929,32 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		ops, owners, members = append(ops, mops...), append(owners, mowners...), append(members, mmembers...)
 	}
 	return ops, owners, members
+}
+
+// fenced asks the queue consumer, before a write that would overtake
+// failed mutations (f.overtakes), whether it may have lost their
+// partitions (ports.FenceCheck). If so, the write is not made: its
+// mutations end CodeCanceled, for the partition's owner to apply, and
+// nothing is overtaken (a fenced worker withholds the failures' dead
+// letters; the owner meets them again). It reports whether the write is
+// dropped.
+func fenced(ctx context.Context, f *foldWrite) bool {
+	check := ports.FenceCheckOf(ctx)
+	if check == nil {
+		return false
+	}
+	err := check(ctx)
+	if err == nil {
+		return false
+	}
+	for _, it := range f.applied {
+		it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeCanceled, "not written: %v", err))
+	}
+	for _, it := range f.dups {
+		it.fail(opErrorf(it.ref(), fieldAddress, domain.CodeCanceled, "not written: %v", err))
+	}
+	f.overtakes = nil
+	return true
 }
 
 // guardedPut returns the document of a put written as a fold (see

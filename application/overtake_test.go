@@ -285,3 +285,62 @@ func TestFailureOvertakenInALaterAttempt(t *testing.T) {
 		t.Fatalf("record holds %d, want 4", n)
 	}
 }
+
+// A worker that lost its partitions makes no write that would overtake a
+// failed mutation: the consumer's fence check (ports.FenceCheck) is asked
+// right before it. Fenced, the write is not made (g ends CodeCanceled, for
+// the partition's owner to apply) and f is not overtaken (a fenced worker
+// withholds its dead letter; the owner meets f again and applies or
+// dead-letters it). Not fenced, the write goes ahead as before.
+func TestNoOvertakingWriteWhenFenced(t *testing.T) {
+	for _, foldG := range []bool{false, true} {
+		for _, lost := range []bool{true, false} {
+			t.Run(fmt.Sprintf("g-merge=%v/fenced=%v", foldG, lost), func(t *testing.T) {
+				mem := memory.New()
+				cfg := application.DefaultConfig()
+				cfg.Apply.BaseBackoff, cfg.Apply.MaxBackoff = 0, 0
+				s, err := application.NewService(cfg, mem, []ports.MergeProfile{addProfile{}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				bad := queued(merge("k", 1), "f", 10)
+				bad.Merge.Intent = domain.Document{ContentType: domain.ContentTypeJSON, Data: []byte(`{"N":"x"}`)} // the profile rejects it
+				g := queued(put("k", 1000), "g", 100)
+				if foldG {
+					g = queued(merge("k", 1000), "g", 100)
+				}
+				var asked int
+				ctx := ports.WithFenceCheck(context.Background(), func(context.Context) error {
+					asked++
+					if lost {
+						return fmt.Errorf("fenced: the partitions moved on")
+					}
+					return nil
+				})
+				out := s.ApplyMutations(ctx, []domain.Mutation{bad, g})
+				if asked == 0 {
+					t.Fatal("the fence was not checked before the overtaking write")
+				}
+				r, err := s.Read(context.Background(), []domain.Address{g.Address})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !lost {
+					if out[0].Err == nil || !out[0].Overtaken || out[1].Err != nil || r[0].Status != application.StatusFound {
+						t.Fatalf("not fenced: outcomes %+v, record %v; want f overtaken and g written", out, r[0].Status)
+					}
+					return
+				}
+				if out[0].Err == nil || out[0].Overtaken {
+					t.Fatalf("fenced: f %+v, want a failure not overtaken", out[0])
+				}
+				if e := domain.AsError(out[1].Err); out[1].Err == nil || e.Code != domain.CodeCanceled {
+					t.Fatalf("fenced: g %+v, want canceled (not written)", out[1])
+				}
+				if r[0].Status != application.StatusNotFound {
+					t.Fatalf("fenced: the record was written: %+v", r[0])
+				}
+			})
+		}
+	}
+}

@@ -112,3 +112,30 @@ type MutationResolver interface {
 	// call) and returns one resolution per mutation, in order.
 	ResolveMutations(ctx context.Context, mutations []domain.Mutation) []Resolution
 }
+
+// FenceCheck reports, with a non-nil error, that the queue consumer that
+// handed mutations to MutationHandler.ApplyMutations may have lost them to
+// another consumer (a rebalance moved their partitions while it was slow
+// or frozen). A consumer puts one into ApplyMutations' context
+// (WithFenceCheck); the handler calls it right before a write that would
+// overtake a failed mutation (ApplyOutcome.Overtaken): after such a write
+// the partition's next reader skips the failed mutation, so a consumer
+// that lost the partition must not make it. When the check fails, the
+// write is not made: its mutations end CodeCanceled (delivered again to
+// whoever owns the partition) and the failure is not overtaken. It may be
+// called concurrently and should be cheap enough for that rare path (one
+// round trip to a coordinator).
+type FenceCheck func(context.Context) error
+
+type fenceCheckKey struct{}
+
+// WithFenceCheck returns ctx carrying f (see FenceCheck).
+func WithFenceCheck(ctx context.Context, f FenceCheck) context.Context {
+	return context.WithValue(ctx, fenceCheckKey{}, f)
+}
+
+// FenceCheckOf returns the FenceCheck ctx carries, or nil.
+func FenceCheckOf(ctx context.Context) FenceCheck {
+	f, _ := ctx.Value(fenceCheckKey{}).(FenceCheck)
+	return f
+}

@@ -359,3 +359,37 @@ func TestStaticMemberTakesItsPartitionsBackAtOnce(t *testing.T) {
 	}
 	t.Logf("the restarted static member had its partitions back in %s (session timeout %s)", time.Since(start).Round(time.Millisecond), session)
 }
+
+// The worker hands the handler a fence check (ports.FenceCheck) that asks
+// the group coordinator: the handler calls it before a write that would
+// overtake a failed mutation, so a worker that lost its partitions makes
+// no such write.
+func TestWorkerGivesTheHandlerItsFenceCheck(t *testing.T) {
+	env := newConsumerEnv(t, 1)
+	env.submit(t, testMutation("probe", "k1"))
+	got := make(chan error, 1)
+	h := &resolvingHandler{fakeHandler: fakeHandler{outcome: func(ctx context.Context, m domain.Mutation) ports.ApplyOutcome {
+		check := ports.FenceCheckOf(ctx)
+		if check == nil {
+			got <- errors.New("no fence check in the handler's context")
+		} else {
+			got <- check(ctx)
+		}
+		return ports.ApplyOutcome{Attempts: 1}
+	}}}
+	_, sub := startFencedWorker(t, env, h)
+	var err error
+	select {
+	case err = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the mutation never reached the handler")
+	}
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("the fence check answered %v, want ErrFenced", err)
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if sub.checks == 0 {
+		t.Fatal("the fence check did not ask the group coordinator")
+	}
+}

@@ -646,6 +646,10 @@ func (w *Worker) applyMutations(ctx context.Context, muts []domain.Mutation, own
 	if len(muts) == 0 {
 		return stopAt
 	}
+	// A write that would overtake a failed mutation asks first whether
+	// this worker still owns the batch's partitions (a frozen worker wakes
+	// up mid-batch; its client may not know yet): see ports.FenceCheck.
+	ctx = ports.WithFenceCheck(ctx, func(context.Context) error { return w.checkFence(entries) })
 	outcomes := w.handler.ApplyMutations(ctx, muts)
 	parked := w.park(muts, owners, outcomes, srcs)
 	for j, i := range owners {
