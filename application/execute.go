@@ -593,7 +593,7 @@ func (s *Service) waveWrites(units []unit, b *waveBufs) (ops []ports.WriteOp, ow
 				folds = append(folds, u)
 				continue
 			}
-			ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: m.Document, Condition: putCondition(m), Mark: s.markUpdate(it, marks)})
+			ops = append(ops, ports.WriteOp{Kind: ports.WritePut, Address: m.Address, Document: m.Document, Condition: putCondition(m), Mark: s.markUpdate(it, marks), HandOver: true})
 			owners = append(owners, u)
 			// What the record's mark holds before an unconditional put is
 			// not known (a hint may be stale); see the hint it leaves.
@@ -905,7 +905,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		if len(f.applied) == 0 { // (then there are no repeats either)
 			continue
 		}
-		op := ports.WriteOp{Kind: ports.WritePut, Address: u[0].m().Address, Document: *cur, Condition: cond}
+		op := ports.WriteOp{Kind: ports.WritePut, Address: u[0].m().Address, Document: *cur, Condition: cond, HandOver: true}
 		if len(ids) > 0 || !pos.IsZero() {
 			idBuf = idBuf[:len(idBuf)+len(ids)]
 			op.Mark = marks.update()

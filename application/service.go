@@ -273,7 +273,11 @@ func (s *Service) admit(ctx context.Context, ops, bytes int) error {
 // merge), one result per mutation, in order. It copies muts before it
 // changes or keeps any of them (work that goes on after a caller left at
 // its deadline uses the copy): the caller may reuse the slice once Write
-// has returned (the gRPC adapter pools batches' slices).
+// has returned (the gRPC adapter pools batches' slices). The documents'
+// bytes are handed over: neither the caller nor whoever gave it them
+// changes them after the call, each in an allocation of its own (the
+// service keeps them as records' latest states for later merges, and
+// hands them over to storage: ports.WriteOp.HandOver).
 func (s *Service) Write(ctx context.Context, muts []domain.Mutation, completion Completion) ([]WriteResult, error) {
 	return s.mutate(ctx, muts, completion, domain.MutationPut, domain.MutationMerge)
 }

@@ -377,3 +377,40 @@ func TestMutationIDsAreUUIDs(t *testing.T) {
 	}
 
 }
+
+// Puts and merges' results reach storage handed over
+// (ports.WriteOp.HandOver): the service never changes a document's bytes
+// once it has them, and its callers hand them over (Service.Write), so a
+// storage may keep them instead of copying them. Deletes carry no document.
+func TestWritesHandDocumentsOverToStorage(t *testing.T) {
+	rec := &recorder{Storage: memory.New()}
+	s := newService(t, rec, func(c *application.Config) { c.Batch.Enabled = false })
+	for _, muts := range [][]domain.Mutation{{put("a", 1), put("b", 2)}, {merge("a", 10), merge("c", 3)}} {
+		res, err := s.Write(context.Background(), muts, application.WaitUntilApplied)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Status != application.StatusApplied {
+				t.Fatalf("op %d: %v %v", i, r.Status, r.Err)
+			}
+		}
+	}
+	puts := 0
+	for _, call := range rec.writes {
+		for _, op := range call {
+			if op.Kind == ports.WritePut {
+				puts++
+				if !op.HandOver {
+					t.Fatalf("put of %s not handed over", op.Address)
+				}
+			}
+		}
+	}
+	if puts != 4 {
+		t.Fatalf("%d puts reached storage, want 4 (two puts, two merges)", puts)
+	}
+	if value(t, s, "a") != 11 || value(t, s, "c") != 3 {
+		t.Fatal("merges on handed-over documents went wrong")
+	}
+}

@@ -25,6 +25,7 @@ var _ ports.MutationHandler = (*Service)(nil)
 // the deadline: they are "parked", neither applied nor dead-lettered, and
 // the caller delivers them again later. Such a parked outcome keeps the
 // code of the last failure, is Retryable and reports the attempts made.
+// The mutations' documents are handed over as with Write.
 func (s *Service) ApplyMutations(ctx context.Context, muts []domain.Mutation) []ports.ApplyOutcome {
 	outcomes := make([]ports.ApplyOutcome, len(muts))
 	results := make([]WriteResult, len(muts))

@@ -69,6 +69,15 @@ type WriteOp struct {
 	// mark as it is (a synchronous write without an idempotency key never
 	// wipes what the worker recorded).
 	Mark *MarkUpdate
+	// HandOver, on a put, hands Document.Data over to the storage: the
+	// caller and whoever gave it the bytes never change them after the
+	// call (they may go on reading them), so a storage may keep them as
+	// they are instead of copying them. The caller hands over only bytes
+	// of an allocation of their own (not part of a larger buffer that a
+	// kept record would keep alive). When false, a storage that keeps the
+	// document keeps a copy: the caller may change or reuse the bytes once
+	// Write has returned.
+	HandOver bool
 }
 
 // ReadResult is the outcome of reading one record. Found is false when the

@@ -73,6 +73,21 @@ func clone(d domain.Document) domain.Document {
 	return domain.Document{ContentType: d.ContentType, Data: append([]byte(nil), d.Data...)}
 }
 
+// keep returns the document a put stores: the bytes handed over as they
+// are (ports.WriteOp.HandOver; the store never changes a stored
+// document's bytes and Read copies them, so no one changes them), else a
+// copy.
+func keep(op *ports.WriteOp) domain.Document {
+	if !op.HandOver {
+		return clone(op.Document)
+	}
+	d := op.Document
+	if len(d.Data) == 0 {
+		d.Data = nil // (as clone leaves it)
+	}
+	return d
+}
+
 func cloneMark(m domain.AppliedMark) domain.AppliedMark {
 	if m.Recent != nil {
 		m.Recent = append([]domain.AppliedEntry(nil), m.Recent...)
@@ -143,8 +158,9 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 	}
 	// The documents read are copies (the caller may change them): one
 	// allocation for all of them, each capped so that appending to one
-	// never reaches the next. (Writes copy each document on its own, so
-	// that a record kept does not keep its batch's documents.)
+	// never reaches the next. (A write keeps each document in an
+	// allocation of its own, its copy or the bytes handed over, so that
+	// a record kept does not keep its batch's documents.)
 	docs := make([]byte, 0, size)
 	for i := range out {
 		if d := &out[i].Record.Document; len(d.Data) == 0 {
@@ -208,10 +224,11 @@ func (s *Store) apply(op *ports.WriteOp) ports.WriteResult {
 	if op.Mark != nil {
 		mark = advance(mark, op.Mark, rev)
 	}
+	doc := keep(op)
 	if exists {
-		*p = entry{doc: clone(op.Document), rev: rev, mark: mark}
+		*p = entry{doc: doc, rev: rev, mark: mark}
 	} else {
-		sh.records[domain.RecordID(k)] = &entry{doc: clone(op.Document), rev: rev, mark: mark}
+		sh.records[domain.RecordID(k)] = &entry{doc: doc, rev: rev, mark: mark}
 		s.keysGen.Add(1)
 	}
 	return ports.WriteResult{Revision: rev, Existed: exists}

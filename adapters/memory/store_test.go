@@ -64,6 +64,37 @@ func TestWritesDoNotAliasCallerBuffers(t *testing.T) {
 	}
 }
 
+// A put's document handed over (ports.WriteOp.HandOver) is kept as it is,
+// not copied: the store shares the caller's bytes (which the caller, by
+// the contract, never changes; this test changes them only to see that
+// they are shared) and allocates nothing for the document.
+func TestHandedOverDocumentsAreKeptNotCopied(t *testing.T) {
+	s := memory.New()
+	a := domain.Address{Store: "p", Namespace: "n", Dataset: "d", Key: domain.StringKey("k")}
+	data := []byte(`{"n":1}`)
+	ops := []ports.WriteOp{{Kind: ports.WritePut, Address: a, Document: domain.Document{ContentType: "application/json", Data: data}, HandOver: true}}
+	if r := s.Write(t.Context(), ops)[0]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	data[2] = 'X'
+	if r := s.Read(t.Context(), []domain.Address{a})[0]; string(r.Record.Document.Data) != `{"X":1}` {
+		t.Fatalf("stored document %q is not the bytes handed over", r.Record.Document.Data)
+	}
+	// A rewrite allocates its results and revision only, one object fewer
+	// than a rewrite that copies (a document above the runtime's 16-byte
+	// tiny allocations, which share blocks).
+	ops[0].Document.Data = []byte(`{"payload":"` + strings.Repeat("x", 100) + `"}`)
+	ctx := t.Context()
+	for range 100 { // (revisions below 100 are strings without allocation)
+		s.Write(ctx, ops)
+	}
+	copied := testing.AllocsPerRun(100, func() { ops[0].HandOver = false; s.Write(ctx, ops) })
+	kept := testing.AllocsPerRun(100, func() { ops[0].HandOver = true; s.Write(ctx, ops) })
+	if kept != copied-1 {
+		t.Fatalf("a handed-over rewrite allocates %v objects, a copying one %v: want one fewer", kept, copied)
+	}
+}
+
 // TestConditionMessagesRenderRevisionsInBase64: a client may send any bytes
 // as an expected revision. The mismatch and not-found messages quote
 // revisions in base64, so they stay valid UTF-8 (a raw 0xff used to reach
