@@ -171,7 +171,8 @@ func (s *Service) checkRequest(n int, bytes int) *domain.Error {
 }
 
 // Read reads the addressed records. The error is a whole-request error;
-// per-operation problems are in the results.
+// per-operation problems are in the results. The results' documents are
+// read-only (their bytes may be storage's own: ports.Storage.Read).
 func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResult, error) {
 	size := 0
 	for _, a := range addrs {

@@ -24,8 +24,10 @@ type MergeInput struct {
 // application calls it with the record's current document (nil when the
 // record does not exist) and the client's intent, and writes the result with
 // a revision precondition, calling it again on conflict. It must therefore be
-// free of side effects and may be called several times for one merge. Long
-// work must stop when ctx is done.
+// free of side effects and may be called several times for one merge; it
+// never changes the bytes of its input's documents (the current one may
+// be storage's own, shared with readers; see Storage.Read). Long work must
+// stop when ctx is done.
 type MergeProfile interface {
 	// Name is the profile's unique name, as clients send it.
 	Name() string

@@ -137,7 +137,10 @@ type WriteResult struct {
 //     atomically with the document and revision. A put without a Mark keeps
 //     the mark; a delete removes the record with its mark.
 type Storage interface {
-	// Read returns one result per address, in order.
+	// Read returns one result per address, in order. The results'
+	// documents are read-only: neither the caller nor whoever it passes
+	// them to changes their bytes (a storage may return the bytes it
+	// keeps, shared by every reader of the record).
 	Read(ctx context.Context, addrs []domain.Address) []ReadResult
 	// Write applies the operations and returns one result per operation, in order.
 	Write(ctx context.Context, ops []WriteOp) []WriteResult

@@ -140,7 +140,6 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 		return out
 	}
 	var buf [96]byte
-	size := 0
 	for i, a := range addrs {
 		k := key(&buf, a)
 		sh := s.shard(k)
@@ -152,23 +151,11 @@ func (s *Store) Read(ctx context.Context, addrs []domain.Address) []ports.ReadRe
 		}
 		sh.mu.RUnlock()
 		if p != nil {
+			// The stored bytes themselves (the caller only reads them:
+			// ports.Storage.Read), capped so that a reader's append
+			// copies.
+			e.doc.Data = e.doc.Data[:len(e.doc.Data):len(e.doc.Data)]
 			out[i] = ports.ReadResult{Found: true, Record: domain.Record{Document: e.doc, Revision: e.rev, Mark: shared(e.mark)}}
-			size += len(e.doc.Data)
-		}
-	}
-	// The documents read are copies (the caller may change them): one
-	// allocation for all of them, each capped so that appending to one
-	// never reaches the next. (A write keeps each document in an
-	// allocation of its own, its copy or the bytes handed over, so that
-	// a record kept does not keep its batch's documents.)
-	docs := make([]byte, 0, size)
-	for i := range out {
-		if d := &out[i].Record.Document; len(d.Data) == 0 {
-			d.Data = nil // (as clone leaves it)
-		} else {
-			start := len(docs)
-			docs = append(docs, d.Data...)
-			d.Data = docs[start:len(docs):len(docs)]
 		}
 	}
 	return out
