@@ -67,8 +67,21 @@ func TestBoundedPoolLargeClassesServeLargeBuffers(t *testing.T) {
 	}
 	(*b)[0] = 1
 	p.Put(b)
-	if again := p.Get(600 << 10); again != b || (*again)[0] != 0 || len(*again) != 600<<10 {
+	again := p.Get(600 << 10)
+	if again != b || (*again)[0] != 0 || len(*again) != 600<<10 {
 		t.Fatalf("the freed 1 MiB buffer was not reused, zeroed, with the length asked for")
+	}
+	// Only the length handed out is cleared: a shorter Get leaves the
+	// rest as it was, a longer one clears it.
+	(*again)[600<<10-1], (*again)[(600<<10)-2] = 1, 1
+	p.Put(again)
+	short := p.Get(600<<10 - 1)
+	if short != b || (*short)[600<<10-2] != 0 || (*short)[:600<<10][600<<10-1] != 1 {
+		t.Fatalf("a Get cleared other than the length it handed out")
+	}
+	p.Put(short)
+	if long := p.Get(700 << 10); long != b || (*long)[600<<10-1] != 0 {
+		t.Fatalf("a longer Get handed out bytes it had not cleared")
 	}
 	if c := p.Get(300 << 10); cap(*c) != 300<<10 {
 		t.Fatalf("a 300 KiB buffer has capacity %d, want its own size", cap(*c))
