@@ -12,7 +12,10 @@
 //  3. ferretdb: FerretDB v1.24.2 with its SQLite backend, run as a subprocess
 //     built from the repository's tools/ferretdb module. The binary is built on
 //     first use (a few minutes on a cold Go build cache) and cached under
-//     os.UserCacheDir()/sink-test/ferretdb-v1.24.2.
+//     os.UserCacheDir()/sink-test/ferretdb-v1.24.2. With
+//     SINK_TEST_FERRETDB_BACKEND=postgresql it uses its PostgreSQL backend
+//     instead, over a PostgreSQL server of its own (pgtest.Start, from the
+//     installed binaries), stopped with FerretDB.
 //
 // Most tests share one server per test binary:
 //
