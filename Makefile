@@ -21,7 +21,7 @@ PG_CHECK := { command -v initdb >/dev/null 2>&1 || [ -x "$$(pg_config --bindir 2
 # Test timeout per package; the whole suite stays well under CI's limit.
 TEST_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all build run test test-race test-unit test-integration test-faults test-history soak lint proto bench fuzz tools clean help
+.PHONY: all build run test test-race test-unit test-integration test-ferretdb-pg test-faults test-history soak lint proto bench fuzz tools clean help
 
 all: lint test
 
@@ -32,6 +32,7 @@ help:
 	@echo "make test-race         run every test with the race detector"
 	@echo "make test-unit         run the tests that need no MongoDB or Kafka server"
 	@echo "make test-integration  run only the MongoDB- and Kafka-backed tests"
+	@echo "make test-ferretdb-pg  the MongoDB adapter's conformance and mark tests on FerretDB over PostgreSQL"
 	@echo "make test-faults       container fault suite (Docker; FAULTS_TRIALS=worker-sigkill=20,db-pause=5,...; FAULTS_DB=postgres)"
 	@echo "make test-history      long linearizability histories of the synchronous API (HISTORY_OPS operations per client)"
 	@echo "make soak              the fault cycle in a loop on the container cluster for SOAK_DURATION (default 10m)"
@@ -75,6 +76,17 @@ INTEGRATION_PKGS := ./integration/... ./internal/testkit/... ./adapters/mongodb/
 
 test-integration:
 	$(GO) test $(TEST_FLAGS) $(INTEGRATION_PKGS)
+
+# The MongoDB adapter's conformance and applied-mark tests on FerretDB over
+# a PostgreSQL server of its own (internal/testkit/mongotest,
+# SINK_TEST_FERRETDB_BACKEND=postgresql; needs the PostgreSQL binaries),
+# whatever server make test used: FerretDB's PostgreSQL backend evaluates
+# filters differently from its SQLite one (docs/mongodb.md).
+FERRETDB_PG_TESTS := ^(TestConformance|TestScanConformance|TestMark.*)$$
+
+test-ferretdb-pg:
+	env -u SINK_TEST_MONGODB_URI SINK_TEST_NO_DOCKER=1 SINK_TEST_FERRETDB_BACKEND=postgresql \
+		$(GO) test $(TEST_FLAGS) -run '$(FERRETDB_PG_TESTS)' ./adapters/mongodb/
 
 # The container fault suite (integration/faults): FROM scratch images, a
 # Docker network, faults injected under load, a reliability table. It skips

@@ -1,4 +1,5 @@
-// Command ferretdb runs an embedded FerretDB (v1, SQLite backend) for tests.
+// Command ferretdb runs an embedded FerretDB (v1, SQLite or PostgreSQL
+// backend) for tests.
 //
 // It exists because `go install github.com/FerretDB/FerretDB/cmd/ferretdb@v1.24.2`
 // builds a binary that panics at start ("Invalid build/version/version.txt"),
@@ -8,6 +9,16 @@
 // Usage:
 //
 //	ferretdb -listen 127.0.0.1:0 -data /tmp/dir
+//	SINK_FERRETDB_POSTGRESQL_URL=postgres://user:pw@127.0.0.1:5432/db ferretdb -listen 127.0.0.1:0 -backend postgresql
+//
+// The SQLite backend (the default) keeps its files in -data. The PostgreSQL
+// backend stores into the database that -postgresql-url, or the environment
+// variable SINK_FERRETDB_POSTGRESQL_URL when the flag is empty, names (the
+// variable keeps the password out of the process list); -data is then not
+// needed. FerretDB's PostgreSQL backend pushes every supported top-level
+// equality of a filter down to SQL (so a filter {_id: X, f: {$exists:
+// false}} reads one row's worth of candidates rather than the whole
+// collection), its SQLite backend only a filter of exactly {_id: X}.
 //
 // Once the server accepts connections it prints exactly one line to stdout:
 //
@@ -30,6 +41,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,20 +61,39 @@ func main() {
 
 func run() error {
 	listen := flag.String("listen", "127.0.0.1:27017", "TCP address to listen on (port 0 picks a free port)")
-	data := flag.String("data", "", "directory for SQLite data files (required)")
+	backend := flag.String("backend", "sqlite", "FerretDB backend: sqlite or postgresql")
+	data := flag.String("data", "", "directory for SQLite data files (required with -backend sqlite)")
+	pgURL := flag.String("postgresql-url", "", "PostgreSQL URL for -backend postgresql (default: $"+envPostgreSQLURL+")")
 	logLevel := flag.String("log-level", "warn", "log level: debug, info, warn, error")
 	gated := flag.Bool("write-gate", true, "pass write commands through one at a time, so that a conditional write is atomic as on MongoDB (see gate.go)")
 	flag.Parse()
 
-	if *data == "" {
-		return errors.New("-data is required")
-	}
-	dir, err := filepath.Abs(*data)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	cfg := ferretdb.Config{Handler: *backend}
+	switch *backend {
+	case "sqlite":
+		if *data == "" {
+			return errors.New("-data is required with -backend sqlite")
+		}
+		dir, err := filepath.Abs(*data)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		// SQLite URL must be a directory URI ending with a slash.
+		cfg.SQLiteURL = "file:" + dir + "/"
+	case "postgresql":
+		u := *pgURL
+		if u == "" {
+			u = os.Getenv(envPostgreSQLURL)
+		}
+		if err := checkPostgreSQLURL(u); err != nil {
+			return err
+		}
+		cfg.PostgreSQLURL = u
+	default:
+		return fmt.Errorf("bad -backend %q: sqlite or postgresql", *backend)
 	}
 
 	var level slog.Level
@@ -73,6 +104,7 @@ func run() error {
 
 	ferretListen := *listen
 	var front net.Listener
+	var err error
 	if *gated {
 		if front, err = net.Listen("tcp", *listen); err != nil {
 			return err
@@ -80,13 +112,9 @@ func run() error {
 		defer front.Close()
 		ferretListen = "127.0.0.1:0"
 	}
-	f, err := ferretdb.New(&ferretdb.Config{
-		Listener: ferretdb.ListenerConfig{TCP: ferretListen},
-		Logger:   logger,
-		Handler:  "sqlite",
-		// SQLite URL must be a directory URI ending with a slash.
-		SQLiteURL: "file:" + dir + "/",
-	})
+	cfg.Listener = ferretdb.ListenerConfig{TCP: ferretListen}
+	cfg.Logger = logger
+	f, err := ferretdb.New(&cfg)
 	if err != nil {
 		return err
 	}
@@ -137,6 +165,25 @@ func run() error {
 	fmt.Printf("READY %s\n", uri)
 
 	return <-done
+}
+
+// envPostgreSQLURL names the PostgreSQL URL when -postgresql-url is empty.
+const envPostgreSQLURL = "SINK_FERRETDB_POSTGRESQL_URL"
+
+// checkPostgreSQLURL checks that u is a postgres:// or postgresql:// URL
+// with a host. Its errors never hold u, which may carry a password.
+func checkPostgreSQLURL(u string) error {
+	if u == "" {
+		return errors.New("-backend postgresql needs -postgresql-url or $" + envPostgreSQLURL)
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		return errors.New("the PostgreSQL URL does not parse as a URL (are special characters of the password percent-encoded?)")
+	}
+	if p.Scheme != "postgres" && p.Scheme != "postgresql" || p.Host == "" {
+		return errors.New("the PostgreSQL URL must be postgres://[user[:password]@]host[:port]/database")
+	}
+	return nil
 }
 
 func hostOf(uri string) (string, error) {

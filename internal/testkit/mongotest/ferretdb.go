@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sink-io/sink/internal/testkit"
+	"github.com/sink-io/sink/internal/testkit/pgtest"
 )
 
 const (
@@ -31,22 +32,53 @@ const (
 	ferretStopGrace    = 15 * time.Second
 )
 
-// ferretServer is a FerretDB subprocess with its own temporary directory.
+// FerretDB backends ([EnvFerretDBBackend]).
+const (
+	BackendSQLite     = "sqlite"
+	BackendPostgreSQL = "postgresql"
+)
+
+// ferretServer is a FerretDB subprocess with its own temporary directory
+// and, with the PostgreSQL backend, a PostgreSQL server of its own.
 type ferretServer struct {
-	bin  string
-	dir  string // temp dir: data/ and ferretdb.log
-	addr string // host:port, fixed after the first start
-	uri  string
+	bin     string
+	dir     string // temp dir: data/ and ferretdb.log
+	addr    string // host:port, fixed after the first start
+	uri     string
+	backend string
+	pg      *pgtest.Server // BackendPostgreSQL: the server FerretDB stores into
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been waited for
 	logf   func(string, ...any)
 }
 
-func startFerretDB(ctx context.Context, logf func(string, ...any)) (*ferretServer, error) {
+func startFerretDB(ctx context.Context, logf func(string, ...any)) (_ *ferretServer, err error) {
+	backend := os.Getenv(EnvFerretDBBackend)
+	switch backend {
+	case "":
+		backend = BackendSQLite
+	case BackendSQLite, BackendPostgreSQL:
+	default:
+		return nil, fmt.Errorf("%s=%q: want %s or %s", EnvFerretDBBackend, backend, BackendSQLite, BackendPostgreSQL)
+	}
 	bin, err := ferretBinary(ctx, logf)
 	if err != nil {
 		return nil, err
+	}
+	var pg *pgtest.Server
+	if backend == BackendPostgreSQL {
+		t0 := time.Now()
+		if pg, err = pgtest.Start(ctx); err != nil {
+			return nil, fmt.Errorf("PostgreSQL for FerretDB: %w", err)
+		}
+		// Stopped on every failure below; on success by close.
+		defer func() {
+			if err != nil {
+				pg.Close()
+			}
+		}()
+		logf("mongotest: started PostgreSQL for FerretDB at %s in %s", pg.Addr(), time.Since(t0).Round(time.Millisecond))
 	}
 	removeStaleDirs()
 	dir, err := os.MkdirTemp("", tempDirPattern)
@@ -58,7 +90,7 @@ func startFerretDB(ctx context.Context, logf func(string, ...any)) (*ferretServe
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	f := &ferretServer{bin: bin, dir: dir, logf: logf}
+	f := &ferretServer{bin: bin, dir: dir, logf: logf, backend: backend, pg: pg}
 	readyCtx, cancel := context.WithTimeout(ctx, ferretReadyTimeout)
 	defer cancel()
 	if err := f.start(readyCtx, "127.0.0.1:0"); err != nil {
@@ -104,7 +136,15 @@ func (f *ferretServer) start(ctx context.Context, listen string) error {
 		return err
 	}
 
-	cmd := exec.Command(f.bin, "-listen", listen, "-data", filepath.Join(f.dir, "data"), "-log-level", "warn")
+	cmd := exec.Command(f.bin, "-listen", listen, "-log-level", "warn")
+	if f.pg != nil {
+		// The URL (password included) goes through the environment, not
+		// the argument list that any process may read.
+		cmd.Args = append(cmd.Args, "-backend", BackendPostgreSQL)
+		cmd.Env = append(os.Environ(), "SINK_FERRETDB_POSTGRESQL_URL="+f.pg.URL("postgres"))
+	} else {
+		cmd.Args = append(cmd.Args, "-backend", BackendSQLite, "-data", filepath.Join(f.dir, "data"))
+	}
 	cmd.Stdout = pw
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = childSysProcAttr()
@@ -180,6 +220,10 @@ func (f *ferretServer) stop() error {
 
 func (f *ferretServer) close() error {
 	err := f.stop()
+	if f.pg != nil {
+		f.pg.Close()
+		f.pg = nil
+	}
 	if rerr := os.RemoveAll(f.dir); rerr != nil && err == nil {
 		err = rerr
 	}

@@ -12,7 +12,10 @@
 //  3. ferretdb: FerretDB v1.24.2 with its SQLite backend, run as a subprocess
 //     built from the repository's tools/ferretdb module. The binary is built on
 //     first use (a few minutes on a cold Go build cache) and cached under
-//     os.UserCacheDir()/sink-test/ferretdb-v1.24.2.
+//     os.UserCacheDir()/sink-test/ferretdb-v1.24.2. With
+//     SINK_TEST_FERRETDB_BACKEND=postgresql it uses its PostgreSQL backend
+//     instead, over a PostgreSQL server of its own (pgtest.Start, from the
+//     installed binaries), stopped with FerretDB.
 //
 // Most tests share one server per test binary:
 //
@@ -64,6 +67,10 @@ const (
 	EnvNoDocker = "SINK_TEST_NO_DOCKER"
 	// EnvDockerPullTimeout bounds the pull of the mongo image (a Go duration, default 2m).
 	EnvDockerPullTimeout = "SINK_TEST_DOCKER_PULL_TIMEOUT"
+	// EnvFerretDBBackend picks FerretDB's backend: "sqlite" (the default)
+	// or "postgresql" (a PostgreSQL server of its own, started from the
+	// installed binaries by pgtest.Start and stopped with FerretDB).
+	EnvFerretDBBackend = "SINK_TEST_FERRETDB_BACKEND"
 )
 
 // Server is a running (or stopped) MongoDB-wire server. Its methods are safe
@@ -89,6 +96,15 @@ func (s *Server) Kind() string { return s.kind }
 
 // IsFerretDB reports whether the server is the FerretDB fallback.
 func (s *Server) IsFerretDB() bool { return s.kind == KindFerretDB }
+
+// FerretDBBackend returns FerretDB's backend, [BackendSQLite] or
+// [BackendPostgreSQL], and "" for other kinds.
+func (s *Server) FerretDBBackend() string {
+	if s.ferret == nil {
+		return ""
+	}
+	return s.ferret.backend
+}
 
 // SinkEnv returns the environment a Sink process needs to use this server:
 // SINK_MONGODB_URI and, on FerretDB, the bulk limits it needs (FerretDB v1
@@ -224,7 +240,7 @@ func Start(ctx context.Context, logf func(format string, args ...any)) (*Server,
 		reasons = append(reasons, "ferretdb: "+err.Error())
 		return nil, fmt.Errorf("mongotest: no MongoDB-wire server could be started:\n  - %s", strings.Join(reasons, "\n  - "))
 	}
-	logf("mongotest: using FerretDB %s (SQLite backend) at %s", ferretVersion, f.uri)
+	logf("mongotest: using FerretDB %s (%s backend) at %s", ferretVersion, f.backend, f.uri)
 	return &Server{kind: KindFerretDB, uri: f.uri, logf: logf, ferret: f}, nil
 }
 

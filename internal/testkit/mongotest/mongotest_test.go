@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/sink-io/sink/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -537,15 +539,25 @@ func TestOrderedFalseUpdateBulk(t *testing.T) {
 	})
 }
 
-// TestFerretDBFilterPushdown checks which find filters FerretDB's SQLite
-// backend pushes down to SQL; all others are evaluated on a full collection
-// scan. Pushdown happens only when the filter (after find drops dotted keys)
-// is exactly {_id: <string or ObjectID>}.
+// TestFerretDBFilterPushdown checks which find filters FerretDB pushes down
+// to SQL; all others are evaluated in Go on a full collection scan.
+//
+// SQLite backend: pushdown happens only when the filter (after find drops
+// dotted keys) is exactly {_id: <string or ObjectID>}.
+//
+// PostgreSQL backend: every top-level equality on a string, ObjectID,
+// int64 (and other scalar) value is pushed down, and the rest (operators
+// such as $exists or $in, binary values) is left to Go. So {_id: X,
+// __sink: {$exists: false}} becomes the same SQL as {_id: X}. That SQL is
+// a containment (_jsonb->'_id' @> X), which the btree _id index does not
+// serve: PostgreSQL scans the table, but in SQL, without handing each row
+// to FerretDB (the plan is logged).
 func TestFerretDBFilterPushdown(t *testing.T) {
 	srv := Shared(t)
 	if !srv.IsFerretDB() {
 		t.Skipf("FerretDB-only behaviour; server is %s", srv.Kind())
 	}
+	pg := srv.FerretDBBackend() == BackendPostgreSQL
 	_, db := connect(t, srv.URI())
 	ctx := ctxT(t)
 	coll := db.Collection("pushdown")
@@ -556,22 +568,30 @@ func TestFerretDBFilterPushdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := bson.Binary{Subtype: 0, Data: []byte("x")}
+	type plan struct {
+		Plan struct {
+			NodeType string `bson:"Node Type"`
+			Filter   string `bson:"Filter"`
+		} `bson:"Plan"`
+	}
+	plans := map[string]plan{}
 	for _, tc := range []struct {
-		name   string
-		filter bson.D
-		want   bool
+		name         string
+		filter       bson.D
+		sqlite, pgre bool // pushed down on the SQLite and the PostgreSQL backend
 	}{
-		{"_id string", bson.D{{Key: "_id", Value: "x"}}, true},
-		{"_id ObjectID", bson.D{{Key: "_id", Value: bson.NewObjectID()}}, true},
-		{"_id binary", bson.D{{Key: "_id", Value: bin}}, false},
-		{"_id int64", bson.D{{Key: "_id", Value: int64(7)}}, false},
-		{"_id $in", bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"x", "y"}}}}}, false},
-		{"_id + dotted rev", bson.D{{Key: "_id", Value: "x"}, {Key: "__sink.rev", Value: int64(1)}}, true},
-		{"_id + $exists", bson.D{{Key: "_id", Value: "x"}, {Key: "__sink", Value: bson.D{{Key: "$exists", Value: false}}}}, false},
-		{"indexed field", bson.D{{Key: "k", Value: "v"}}, false},
+		{"_id string", bson.D{{Key: "_id", Value: "x"}}, true, true},
+		{"_id ObjectID", bson.D{{Key: "_id", Value: bson.NewObjectID()}}, true, true},
+		{"_id binary", bson.D{{Key: "_id", Value: bin}}, false, false},
+		{"_id int64", bson.D{{Key: "_id", Value: int64(7)}}, false, true},
+		{"_id $in", bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"x", "y"}}}}}, false, false},
+		{"_id + dotted rev", bson.D{{Key: "_id", Value: "x"}, {Key: "__sink.rev", Value: int64(1)}}, true, true},
+		{"_id + $exists", bson.D{{Key: "_id", Value: "x"}, {Key: "__sink", Value: bson.D{{Key: "$exists", Value: false}}}}, false, true},
+		{"indexed field", bson.D{{Key: "k", Value: "v"}}, false, true},
 	} {
 		var res struct {
-			FilterPushdown bool `bson:"filterPushdown"`
+			FilterPushdown bool     `bson:"filterPushdown"`
+			QueryPlanner   bson.Raw `bson:"queryPlanner"`
 		}
 		err := db.RunCommand(ctx, bson.D{
 			{Key: "explain", Value: bson.D{{Key: "find", Value: coll.Name()}, {Key: "filter", Value: tc.filter}}},
@@ -579,9 +599,25 @@ func TestFerretDBFilterPushdown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("explain %s: %v", tc.name, err)
 		}
+		want := tc.sqlite
+		if pg {
+			want = tc.pgre
+			var p plan
+			if err := bson.Unmarshal(res.QueryPlanner, &p); err != nil {
+				t.Fatalf("explain %s: queryPlanner: %v", tc.name, err)
+			}
+			plans[tc.name] = p
+		}
 		t.Logf("explain find %s: filterPushdown=%v", tc.name, res.FilterPushdown)
-		if res.FilterPushdown != tc.want {
-			t.Errorf("explain find %s: filterPushdown=%v, want %v", tc.name, res.FilterPushdown, tc.want)
+		if res.FilterPushdown != want {
+			t.Errorf("explain find %s: filterPushdown=%v, want %v", tc.name, res.FilterPushdown, want)
+		}
+	}
+	if pg {
+		id, exists := plans["_id string"].Plan, plans["_id + $exists"].Plan
+		t.Logf("PostgreSQL plan of {_id}: %s, filter %s", id.NodeType, id.Filter)
+		if exists.Filter == "" || exists.Filter != id.Filter {
+			t.Errorf("PostgreSQL filter of {_id, $exists: false} is %q, want that of {_id}: %q", exists.Filter, id.Filter)
 		}
 	}
 }
@@ -631,5 +667,58 @@ func TestStopRestart(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", host, time.Second); err == nil {
 		c.Close()
 		t.Fatalf("%s still accepts connections after Close", host)
+	}
+}
+
+// TestFerretDBOnPostgreSQL starts FerretDB over a PostgreSQL server of its
+// own (SINK_TEST_FERRETDB_BACKEND=postgresql), whose password needs
+// escaping in a URL, writes and reads through it, and checks that Close
+// stops PostgreSQL too.
+func TestFerretDBOnPostgreSQL(t *testing.T) {
+	if Shared(t).Kind() != KindFerretDB {
+		t.Skip("the FerretDB fallback is not in use")
+	}
+	t.Setenv(EnvFerretDBBackend, BackendPostgreSQL)
+	srv, err := Start(t.Context(), t.Logf)
+	if errors.Is(err, pgtest.ErrNoBinaries) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if srv.FerretDBBackend() != BackendPostgreSQL {
+		t.Fatalf("backend %q, want %q", srv.FerretDBBackend(), BackendPostgreSQL)
+	}
+	_, db := connect(t, srv.URI())
+	ctx := ctxT(t)
+	if _, err := db.Collection("c").InsertOne(ctx, bson.D{{Key: "_id", Value: "a"}, {Key: "n", Value: int64(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ N int64 }
+	if err := db.Collection("c").FindOne(ctx, bson.D{{Key: "_id", Value: "a"}}).Decode(&got); err != nil || got.N != 1 {
+		t.Fatalf("read back: %+v, %v", got, err)
+	}
+	pgAddr := srv.ferret.pg.Addr()
+	srv.Close()
+	if c, err := net.DialTimeout("tcp", pgAddr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("PostgreSQL still accepts connections on %s after Close", pgAddr)
+	}
+}
+
+// TestFerretDBBadBackend checks that an unknown backend fails the start
+// with a message naming the variable, instead of falling back.
+func TestFerretDBBadBackend(t *testing.T) {
+	t.Setenv(EnvURI, "")
+	t.Setenv(EnvNoDocker, "1")
+	t.Setenv(EnvFerretDBBackend, "mysql")
+	srv, err := Start(t.Context(), t.Logf)
+	if err == nil {
+		srv.Close()
+		t.Fatal("Start succeeded with an unknown backend")
+	}
+	if !strings.Contains(err.Error(), EnvFerretDBBackend) {
+		t.Fatalf("error %q does not name %s", err, EnvFerretDBBackend)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -238,6 +239,31 @@ func (s *Server) Close() {
 	}
 }
 
+// ErrNoBinaries is what [Start] returns when no PostgreSQL binaries are
+// installed (its message is [InstallHint]).
+var ErrNoBinaries = errors.New(InstallHint)
+
+// Start starts a server of its own from the installed binaries (never the
+// one SINK_TEST_POSTGRES_URL names), for kits that run PostgreSQL under
+// another server (mongotest's FerretDB). The caller must Close it; it also
+// dies with the test binary. Without binaries it returns ErrNoBinaries.
+func Start(ctx context.Context) (*Server, error) {
+	bin, ok := binDir()
+	if !ok {
+		return nil, ErrNoBinaries
+	}
+	dir, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		return nil, err
+	}
+	srv, err := startIn(ctx, bin, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return srv, nil
+}
+
 // Private starts a server for this test alone (for tests that pause it,
 // which must not hold up the tests sharing [Shared]'s), closed when the
 // test ends. It skips the test when no binaries are installed or when
@@ -247,19 +273,13 @@ func Private(t testing.TB) *Server {
 	if os.Getenv(EnvURL) != "" {
 		t.Skip("pgtest: a private server is started from the installed binaries; " + EnvURL + " names an existing one")
 	}
-	bin, ok := binDir()
-	if !ok {
-		t.Skip(InstallHint)
-	}
-	dir, err := os.MkdirTemp("", "pgtest-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := startIn(ctx, bin, dir)
+	srv, err := Start(ctx)
+	if errors.Is(err, ErrNoBinaries) {
+		t.Skip(InstallHint)
+	}
 	if err != nil {
-		_ = os.RemoveAll(dir)
 		t.Fatalf("pgtest: cannot start PostgreSQL: %v", err)
 	}
 	t.Cleanup(srv.Close)
