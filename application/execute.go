@@ -702,6 +702,11 @@ type foldWrite struct {
 	// overtakes: failed queued mutations of the record whose position the
 	// write passes while the mark it read had not (see overtakeGuard).
 	overtakes []item
+	// last is the record's state after the fold's last merge or guarded
+	// put that prepareFolds applied (the next one's input), kept here,
+	// where the fold's other state is, rather than in a variable of its
+	// own that would escape to the heap on every merge.
+	last domain.Document
 }
 
 // keepDocument records doc, the state after the merge of it that was just
@@ -905,7 +910,8 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 				}
 				continue
 			}
-			cur = &doc
+			f.last = doc
+			cur = &f.last // (&doc would move doc to the heap: merges hand cur to the profile)
 			f.applied = append(f.applied, it)
 			f.keepDocument(it, doc)
 			if id != "" {
