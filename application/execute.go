@@ -40,6 +40,12 @@ type job struct {
 	// (see overtakeGuard); it outlives execute, for the caller's later
 	// attempts with the same job.
 	guard *overtakeGuard
+	// wave and fold, when not nil, are buffers in the allocation of a job
+	// of one mutation (oneMutation) for the first wave of one unit and the
+	// first fold of one record that carry its mutation (see takeWave,
+	// takeFold): each is used once, then set to nil.
+	wave *waveBufs
+	fold *foldBufs
 
 	// The job's allocation also holds its waiter in its shard's combiner
 	// and, for a job of one mutation, its record ID and its unit (see
@@ -102,7 +108,7 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 	if j == nil {
 		j = new(job)
 	}
-	*j = job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure, guard: j.guard}
+	*j = job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure, guard: j.guard, wave: j.wave, fold: j.fold}
 	j.ids = j.oneID[:]
 	if len(work) != 1 {
 		j.ids = make([]domain.RecordID, len(work))
@@ -413,7 +419,9 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 	}
 	var b *waveBufs
 	if len(units) == 1 {
-		b = new(waveBufs)
+		if b = units[0][0].j.takeWave(); b == nil {
+			b = new(waveBufs)
+		}
 	}
 	ops, owners, bases, folds := s.waveWrites(units, b)
 	for attempt := 1; ; attempt++ {
@@ -555,6 +563,24 @@ func (s *Service) settleWrites(got []ports.WriteResult, ops []ports.WriteOp, own
 	return again
 }
 
+// takeWave returns the job's wave buffers (nil: it has none, or they
+// were taken) and leaves it none: a wave of one unit that starts with one
+// of the job's items uses them instead of allocating its own. Only the
+// goroutine applying the wave that holds the job's item calls it, and a
+// job of one mutation is in one wave at a time.
+func (j *job) takeWave() *waveBufs {
+	b := j.wave
+	j.wave = nil
+	return b
+}
+
+// takeFold is takeWave for the buffers of a fold (prepareFolds).
+func (j *job) takeFold() *foldBufs {
+	b := j.fold
+	j.fold = nil
+	return b
+}
+
 // waveBufs holds the per-wave slices of applyWave for a wave of one unit
 // (every wave of a single-operation request) in one allocation instead of
 // six. The slices of one attempt are done with before the next begins,
@@ -676,6 +702,11 @@ type foldWrite struct {
 	// overtakes: failed queued mutations of the record whose position the
 	// write passes while the mark it read had not (see overtakeGuard).
 	overtakes []item
+	// last is the record's state after the fold's last merge or guarded
+	// put that prepareFolds applied (the next one's input), kept here,
+	// where the fold's other state is, rather than in a variable of its
+	// own that would escape to the heap on every merge.
+	last domain.Document
 }
 
 // keepDocument records doc, the state after the merge of it that was just
@@ -720,7 +751,9 @@ func (b knownMark) after(u *ports.MarkUpdate, rev domain.Revision) knownMark {
 func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) ([]ports.WriteOp, []unit, []*foldWrite) {
 	var b *foldBufs
 	if len(folds) == 1 {
-		b = new(foldBufs)
+		if b = folds[0][0].j.takeFold(); b == nil {
+			b = new(foldBufs)
+		}
 	}
 	var current []ports.ReadResult
 	var known []bool           // whether current[k]'s mark is the whole mark
@@ -877,7 +910,8 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 				}
 				continue
 			}
-			cur = &doc
+			f.last = doc
+			cur = &f.last // (&doc would move doc to the heap: merges hand cur to the profile)
 			f.applied = append(f.applied, it)
 			f.keepDocument(it, doc)
 			if id != "" {

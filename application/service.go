@@ -316,7 +316,7 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		return nil, domain.Errorf(domain.CodeInvalidArgument, "unknown completion mode %d", completion)
 	}
 
-	results, work, valid, v, j := mutateSlices(len(muts))
+	results, work, valid, v, j := mutateSlices(muts)
 	copy(work, muts)
 	cost := 0
 	now := s.now()
@@ -415,7 +415,8 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 
 // oneMutation holds mutate's per-operation slices and its job for a
 // request of one operation (the single-record form, which most requests
-// are) in one allocation instead of nine.
+// are) in one allocation instead of nine, with the buffers of the first
+// wave that applies it (job.wave).
 type oneMutation struct {
 	results  [1]WriteResult
 	work     [1]domain.Mutation
@@ -424,15 +425,33 @@ type oneMutation struct {
 	admitted [1]bool
 	outcomes [1]ports.OperationOutcome
 	job      job
+	wave     waveBufs
 }
 
-// mutateSlices returns mutate's per-operation slices for n operations:
-// results, the working copy of the mutations, the valid indexes (empty,
-// with room for n) and the verdicts, and the job to execute them with
-// (nil: execute allocates it).
-func mutateSlices(n int) ([]WriteResult, []domain.Mutation, []int, verdicts, *job) {
+// oneMerge is oneMutation for a merge, with the buffers of the first fold
+// that carries it (job.fold) too: one allocation instead of three (1,792
+// bytes instead of 896, 320 and 640).
+type oneMerge struct {
+	oneMutation
+	fold foldBufs
+}
+
+// mutateSlices returns mutate's per-operation slices for muts: results,
+// the working copy of the mutations, the valid indexes (empty, with room
+// for all) and the verdicts, and the job to execute them with (nil:
+// execute allocates it).
+func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []int, verdicts, *job) {
+	n := len(muts)
 	if n == 1 {
-		one := new(oneMutation)
+		var one *oneMutation
+		if muts[0].Kind == domain.MutationMerge {
+			m := new(oneMerge)
+			one = &m.oneMutation
+			one.job.fold = &m.fold
+		} else {
+			one = new(oneMutation)
+		}
+		one.job.wave = &one.wave
 		return one.results[:], one.work[:], one.valid[:0], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, &one.job
 	}
 	return make([]WriteResult, n), make([]domain.Mutation, n), make([]int, 0, n), newVerdicts(n), nil

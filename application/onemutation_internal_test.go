@@ -1,0 +1,52 @@
+package application
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/sink-io/sink/domain"
+)
+
+// TestSingleOperationBuffersShareItsAllocation: a request of one operation
+// carries the buffers of the first wave (and, for a merge, of the first
+// fold) that applies it in its job's allocation, and each is handed out
+// once: a retry or a later wave allocates its own.
+func TestSingleOperationBuffersShareItsAllocation(t *testing.T) {
+	for _, kind := range []domain.MutationKind{domain.MutationPut, domain.MutationMerge, domain.MutationDelete} {
+		_, _, _, _, j := mutateSlices([]domain.Mutation{{Kind: kind}})
+		if j == nil {
+			t.Fatalf("%s: no job of one operation", kind)
+		}
+		w := j.takeWave()
+		if w == nil {
+			t.Fatalf("%s: the job has no wave buffers", kind)
+		}
+		if one := (*oneMutation)(containerOf(j)); w != &one.wave {
+			t.Fatalf("%s: the wave buffers are not in the job's allocation", kind)
+		}
+		if again := j.takeWave(); again != nil {
+			t.Fatalf("%s: the wave buffers were handed out twice", kind)
+		}
+		f := j.takeFold()
+		if kind != domain.MutationMerge {
+			if f != nil {
+				t.Fatalf("%s: fold buffers for an operation that folds nothing", kind)
+			}
+			continue
+		}
+		if one := (*oneMerge)(containerOf(j)); f == nil || f != &one.fold {
+			t.Fatalf("merge: fold buffers %p, want those of its allocation", f)
+		}
+		if again := j.takeFold(); again != nil {
+			t.Fatal("merge: the fold buffers were handed out twice")
+		}
+	}
+	if _, _, _, _, j := mutateSlices(make([]domain.Mutation, 2)); j != nil {
+		t.Fatal("a job allocated for a request of two operations")
+	}
+}
+
+// containerOf returns the oneMutation whose job j is.
+func containerOf(j *job) unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(j), -int(unsafe.Offsetof(oneMutation{}.job)))
+}
