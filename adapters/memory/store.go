@@ -75,8 +75,8 @@ func clone(d domain.Document) domain.Document {
 
 // keep returns the document a put stores: the bytes handed over as they
 // are (ports.WriteOp.HandOver; the store never changes a stored
-// document's bytes and Read copies them, so no one changes them), else a
-// copy.
+// document's bytes, and Read hands them out read-only: ports.Storage.Read),
+// else a copy.
 func keep(op *ports.WriteOp) domain.Document {
 	if !op.HandOver {
 		return clone(op.Document)

@@ -17,8 +17,9 @@
 // variable keeps the password out of the process list); -data is then not
 // needed. FerretDB's PostgreSQL backend pushes every supported top-level
 // equality of a filter down to SQL (so a filter {_id: X, f: {$exists:
-// false}} reads one row's worth of candidates rather than the whole
-// collection), its SQLite backend only a filter of exactly {_id: X}.
+// false}} runs the same SQL as {_id: X} and hands FerretDB's Go filter one
+// candidate row rather than the whole collection), its SQLite backend only
+// a filter of exactly {_id: X}.
 //
 // Once the server accepts connections it prints exactly one line to stdout:
 //
