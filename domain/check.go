@@ -227,11 +227,21 @@ func scanJSON(b []byte, maxDepth int) (int, int) {
 // or the problem and its offset.
 func scanJSONString(b []byte, i int) (int, int) {
 	n := len(b)
-	// Eight plain bytes (printable ASCII other than '"' and '\\') at a
-	// time, up to the first word with anything else; from there byte by
-	// byte (a word check per byte would slow down short strings).
-	for i++; i+8 <= n && !specialJSONStringByte(binary.LittleEndian.Uint64(b[i:])); {
-		i += 8
+	// Plain bytes (printable ASCII other than '"' and '\\') eight at a
+	// time, and after a plain word 32 at a time (four words tested
+	// together: their masks' union has a high bit set when any of them has
+	// a special byte), up to the first word with anything else; from there
+	// byte by byte (a word check per byte would slow down short strings).
+	for i++; i+8 <= n && specialJSONStringBits(binary.LittleEndian.Uint64(b[i:])) == 0; {
+		for i += 8; i+32 <= n; i += 32 {
+			w := b[i : i+32 : i+32]
+			if specialJSONStringBits(binary.LittleEndian.Uint64(w))|
+				specialJSONStringBits(binary.LittleEndian.Uint64(w[8:]))|
+				specialJSONStringBits(binary.LittleEndian.Uint64(w[16:]))|
+				specialJSONStringBits(binary.LittleEndian.Uint64(w[24:])) != 0 {
+				break
+			}
+		}
 	}
 	for i < n {
 		c := b[i]
@@ -278,7 +288,12 @@ func scanJSONString(b []byte, i int) (int, int) {
 // 0x20), '"', '\\', or a byte of a multi-byte UTF-8 sequence (0x80 and
 // above). It never misses one (it may report one that is not there, which
 // only sends the bytes the slow way).
-func specialJSONStringByte(x uint64) bool {
+func specialJSONStringByte(x uint64) bool { return specialJSONStringBits(x) != 0 }
+
+// specialJSONStringBits is specialJSONStringByte's test as a mask: not
+// zero exactly when x has such a byte (the masks of several words may be
+// or-ed and tested once).
+func specialJSONStringBits(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	// (y - ones*c) &^ y has the high bit of a byte of y below c set
 	// (exact for bytes below 0x80, which is all that is left to test
@@ -287,7 +302,7 @@ func specialJSONStringByte(x uint64) bool {
 	control := (x - ones*0x20) &^ x
 	qy, by := x^(ones*'"'), x^(ones*'\\')
 	quote, backslash := (qy-ones)&^qy, (by-ones)&^by
-	return (x|control|quote|backslash)&highs != 0
+	return (x | control | quote | backslash) & highs
 }
 
 func isHex(c byte) bool {

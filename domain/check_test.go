@@ -104,6 +104,26 @@ func TestCheckJSONDepthLimits(t *testing.T) {
 	}
 }
 
+// TestCheckJSONLongStrings: a special byte (the closing quote, an escape,
+// a control character, a multi-byte or an invalid UTF-8 sequence) at every
+// offset of a long string, so in every lane of the word-at-a-time scans
+// (eight and 32 bytes), gets the same verdict as encoding/json with
+// UTF-8 validation.
+func TestCheckJSONLongStrings(t *testing.T) {
+	specials := []string{`"`, `\n`, `\u00e9`, `\x`, "\x01", "\x1f", "é", "€", "\xff", "\xc3", `\`}
+	for _, sp := range specials {
+		for at := 0; at < 100; at++ {
+			for _, tail := range []string{`"}`, `","b":1}`, ``} {
+				doc := []byte(`{"a":"` + strings.Repeat("x", at) + sp + strings.Repeat("y", 100-at) + tail)
+				want := json.Valid(doc) && utf8.Valid(doc)
+				if err := domain.CheckJSON(doc, 10); (err == nil) != want {
+					t.Fatalf("special %q at %d, tail %q: CheckJSON %v, encoding/json valid %v", sp, at, tail, err, want)
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkCheckDocumentJSON1KB is the check every 1 KB JSON put pays.
 func BenchmarkCheckDocumentJSON1KB(b *testing.B) {
 	var sb strings.Builder
