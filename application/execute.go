@@ -103,14 +103,24 @@ func (j *job) ref(i int) opRef {
 //
 // refs names the mutations in their errors (nil: requestRef, by their
 // kind). j, when not nil, is a zero job to use (callers that allocate it
-// with their own per-request state).
-func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
+// with their own per-request state; its ids, when they have room for
+// work's, are used for the record IDs).
+//
+// It reports whether the caller left the batch carrying the job at its
+// deadline (see carryJob): the batch may then still read work, valid and
+// the job's IDs, so the caller must not reuse them (see opBufs).
+func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) (left bool) {
 	if j == nil {
 		j = new(job)
 	}
+	ids := j.ids
 	*j = job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure, guard: j.guard, wave: j.wave, fold: j.fold}
-	j.ids = j.oneID[:]
-	if len(work) != 1 {
+	switch {
+	case len(ids) == len(work):
+		j.ids = ids
+	case len(work) == 1:
+		j.ids = j.oneID[:]
+	default:
 		j.ids = make([]domain.RecordID, len(work))
 	}
 	recordIDs(work, valid, j.ids)
@@ -120,7 +130,7 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 	}
 	if shard < 0 {
 		s.applyJobs(ctx, []*job{j}, nil)
-		return
+		return false
 	}
 	j.shard = shard
 	j.waiter.item, j.waiter.ctx = j, ctx
@@ -135,6 +145,7 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 			results[i] = failed(opError(j.ref(i), fieldAddress, &domain.Error{Code: domain.CodeOutcomeUnknown, Retryable: m.Keyed || idempotent(m), Cause: ctx.Err(),
 				Message: "the request ended (" + ctx.Err().Error() + ") while the mutation was at storage in a batch shared with other requests; it may have been applied"}))
 		}
+		return true
 	case err != nil:
 		// It left the queue: nothing of it was written.
 		for _, i := range valid {
@@ -145,6 +156,7 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 			j.own[i] = j.results[i]
 		}
 	}
+	return false
 }
 
 // recordIDs sets ids[i] to the record ID of work[i], for i in valid. The

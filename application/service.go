@@ -316,8 +316,20 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		return nil, domain.Errorf(domain.CodeInvalidArgument, "unknown completion mode %d", completion)
 	}
 
-	results, work, valid, v, j := mutateSlices(muts)
+	results, work, valid, v, j, bufs := mutateSlices(muts)
 	copy(work, muts)
+	// bufs (a request of several mutations) goes back to its pool once
+	// this call is done with it (after observeMutations, deferred below)
+	// unless the caller left the batch carrying its job, which may still
+	// use it: then it is left to the collector (see opBufs).
+	left := false
+	if bufs != nil {
+		defer func() {
+			if !left {
+				bufs.release()
+			}
+		}()
+	}
 	cost := 0
 	now := s.now()
 	// keyed: the first operation of each (record, idempotency key);
@@ -409,7 +421,7 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		s.submit(ctx, work, valid, results, func(i int) opRef { return requestRef(i, work[i].Kind) })
 		return results, nil
 	}
-	s.execute(ctx, j, work, valid, results, nil, false)
+	left = s.execute(ctx, j, work, valid, results, nil, false)
 	return results, nil
 }
 
@@ -438,9 +450,10 @@ type oneMerge struct {
 
 // mutateSlices returns mutate's per-operation slices for muts: results,
 // the working copy of the mutations, the valid indexes (empty, with room
-// for all) and the verdicts, and the job to execute them with (nil:
-// execute allocates it).
-func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []int, verdicts, *job) {
+// for all) and the verdicts, the job to execute them with (nil: execute
+// allocates it), and, for several mutations, the pooled buffers that hold
+// all of them but the results (see opBufs), for the caller to release.
+func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []int, verdicts, *job, *opBufs) {
 	n := len(muts)
 	if n == 1 {
 		var one *oneMutation
@@ -452,9 +465,13 @@ func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []i
 			one = new(oneMutation)
 		}
 		one.job.wave = &one.wave
-		return one.results[:], one.work[:], one.valid[:0], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, &one.job
+		return one.results[:], one.work[:], one.valid[:0], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, &one.job, nil
 	}
-	return make([]WriteResult, n), make([]domain.Mutation, n), make([]int, 0, n), newVerdicts(n), nil
+	b := getOpBufs(n)
+	// The job itself is not pooled: a prefold (see takePrefold) may hold
+	// a pointer to it, which must never name another request's job.
+	j := &job{ids: b.ids}
+	return make([]WriteResult, n), b.work, b.valid, verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, j, b
 }
 
 // keyedRecord is an idempotency key on one record (a key's scope).
