@@ -87,3 +87,117 @@ func (b *opBufs) release() {
 	}
 	opBufPool.Put(b)
 }
+
+// The scratch buffers below live within one call (recordIDs, applyWaves,
+// applyWave) of the goroutine that runs it: each is released when that
+// call returns, when nothing holds any of it (the units, ops and IDs
+// built in them are used by the call alone; the storage does not keep
+// the ops slice, and hints and results copy what they keep). Each is
+// emptied before it is pooled, so that a pool keeps no request's
+// documents, addresses or jobs alive.
+
+// idScratch holds recordIDs' encoding buffer and ID ends.
+type idScratch struct {
+	buf  []byte
+	ends []int
+}
+
+// maxPooledIDBytes bounds the encoding buffer kept in idScratchPool.
+const maxPooledIDBytes = 64 << 10
+
+var idScratchPool sync.Pool // *idScratch
+
+// getIDScratch returns scratch with room for the ends of n IDs.
+func getIDScratch(n int) *idScratch {
+	sc, _ := idScratchPool.Get().(*idScratch)
+	if sc == nil {
+		sc = new(idScratch)
+	}
+	if cap(sc.ends) < n {
+		sc.ends = make([]int, n)
+		if cap(sc.buf) == 0 {
+			sc.buf = make([]byte, 0, 32*n)
+		}
+	}
+	return sc
+}
+
+func (sc *idScratch) release() {
+	if cap(sc.buf) > maxPooledIDBytes || cap(sc.ends) > maxPooledOps {
+		return
+	}
+	sc.buf = sc.buf[:0] // (bytes only: nothing to keep alive)
+	idScratchPool.Put(sc)
+}
+
+// wavesScratch holds applyWaves' record table, the units' first items
+// and the first wave's units.
+type wavesScratch struct {
+	records map[domain.RecordID]wavesSeq
+	firsts  []item
+	first   []unit
+	n       int // the capacity of firsts and first
+}
+
+// getWavesScratch returns an empty record table and empty firsts and
+// first with room for n.
+func getWavesScratch(n int) *wavesScratch {
+	sc, _ := wavesScratchPool.Get().(*wavesScratch)
+	if sc == nil || sc.n < n {
+		sc = &wavesScratch{records: make(map[domain.RecordID]wavesSeq, n), firsts: make([]item, 0, n), first: make([]unit, 0, n), n: n}
+	}
+	return sc
+}
+
+// wavesSeq is applyWaves' record of one record's units so far.
+type wavesSeq struct {
+	n    int // units so far
+	last int // index of the record's last unit in its wave, -1 for none
+}
+
+var wavesScratchPool sync.Pool // *wavesScratch
+
+func (sc *wavesScratch) release() {
+	if sc.n > maxPooledOps {
+		return
+	}
+	clear(sc.records)
+	clear(sc.firsts[:sc.n])
+	clear(sc.first[:sc.n])
+	sc.firsts, sc.first = sc.firsts[:0], sc.first[:0]
+	wavesScratchPool.Put(sc)
+}
+
+// waveSlices holds applyWave's per-op slices for a wave of several units.
+type waveSlices struct {
+	ops     []ports.WriteOp
+	owners  []unit
+	bases   []knownMark
+	written []*foldWrite
+	rids    []domain.RecordID
+	gens    []uint64
+}
+
+var waveSlicesPool sync.Pool // *waveSlices
+
+// getWaveSlices returns slices with room for the ops of n units.
+func getWaveSlices(n int) *waveSlices {
+	p, _ := waveSlicesPool.Get().(*waveSlices)
+	if p == nil || cap(p.ops) < n {
+		p = &waveSlices{ops: make([]ports.WriteOp, 0, n), owners: make([]unit, 0, n), bases: make([]knownMark, 0, n),
+			written: make([]*foldWrite, 0, n), rids: make([]domain.RecordID, n), gens: make([]uint64, n)}
+	}
+	return p
+}
+
+func (p *waveSlices) release() {
+	if cap(p.ops) > maxPooledOps {
+		return
+	}
+	clear(p.ops[:cap(p.ops)])
+	clear(p.owners[:cap(p.owners)])
+	clear(p.bases[:cap(p.bases)])
+	clear(p.written[:cap(p.written)])
+	clear(p.rids[:cap(p.rids)])
+	waveSlicesPool.Put(p)
+}
