@@ -88,7 +88,7 @@ func (v verdicts) labelled(i int) domain.DatasetRef {
 // observeReads reports the outcomes of one Read request.
 func (s *Service) observeReads(ctx context.Context, v verdicts, results []ReadResult) {
 	outcomes := v.outcomeSlice(len(results))
-	errs := make([]*domain.Error, len(results))
+	errs := v.errSlice(len(results))
 	for i, r := range results {
 		outcomes[i] = withError(ports.OperationOutcome{
 			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: ports.OperationRead, Status: r.Status,

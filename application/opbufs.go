@@ -201,3 +201,52 @@ func (p *waveSlices) release() {
 	clear(p.rids[:cap(p.rids)])
 	waveSlicesPool.Put(p)
 }
+
+// readBufs is opBufs for a Read request of several reads: its verdicts,
+// outcomes and errors, and its valid addresses and their positions. The
+// same ownership holds: Read releases them when it returns, unless its
+// caller left the read batch carrying its reads (readStorage reports
+// that), which may still read the addresses (runReads copies them when
+// it starts); then they are left to the collector.
+type readBufs struct {
+	datasets []domain.DatasetRef
+	admitted []bool
+	outcomes []ports.OperationOutcome
+	errs     []*domain.Error
+	valid    []domain.Address
+	pos      []int
+}
+
+var readBufPool sync.Pool // *readBufs
+
+// getReadBufs returns buffers for n reads: datasets, admitted, outcomes
+// and errs zero, of length n; valid and pos empty, with room for n.
+func getReadBufs(n int) *readBufs {
+	b, _ := readBufPool.Get().(*readBufs)
+	if b == nil || cap(b.valid) < n {
+		b = &readBufs{datasets: make([]domain.DatasetRef, n), admitted: make([]bool, n), outcomes: make([]ports.OperationOutcome, n),
+			errs: make([]*domain.Error, n), valid: make([]domain.Address, 0, n), pos: make([]int, 0, n)}
+	}
+	b.datasets, b.admitted, b.outcomes, b.errs = b.datasets[:n], b.admitted[:n], b.outcomes[:n], b.errs[:n]
+	b.valid, b.pos = b.valid[:0], b.pos[:0]
+	return b
+}
+
+// release empties b and pools it (not above maxPooledOps); see opBufs.
+func (b *readBufs) release() {
+	if cap(b.valid) > maxPooledOps {
+		return
+	}
+	clear(b.datasets[:cap(b.datasets)])
+	clear(b.admitted[:cap(b.admitted)])
+	clear(b.outcomes[:cap(b.outcomes)])
+	clear(b.errs[:cap(b.errs)])
+	clear(b.valid[:cap(b.valid)])
+	if releasedReads != nil {
+		releasedReads(b)
+	}
+	readBufPool.Put(b)
+}
+
+// releasedReads is released for readBufs (tests).
+var releasedReads func(*readBufs)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sink-io/sink/adapters/memory"
 	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
 )
 
 // poisonReleased makes every opBufs released from now to the end of the
@@ -130,5 +133,86 @@ func TestReleasedBuffersAreEmptiedAndBounded(t *testing.T) {
 	big.release()
 	if len(got) != 1 {
 		t.Fatal("buffers above maxPooledOps were pooled")
+	}
+}
+
+// readCtxStorage hands the context of each Read to the test and waits for
+// a token on proceed.
+type readCtxStorage struct {
+	ports.Storage
+	entered chan context.Context
+	proceed chan struct{}
+}
+
+func (s *readCtxStorage) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
+	s.entered <- ctx
+	<-s.proceed
+	return s.Storage.Read(ctx, addrs)
+}
+
+// A Read of several addresses that leaves the read batch carrying it at
+// its deadline does not give its buffers (its addresses among them) back
+// to the pool; one that stays to the end does.
+func TestLeftReadersBuffersAreNotReleased(t *testing.T) {
+	var releases atomic.Int64
+	releasedReads = func(*readBufs) { releases.Add(1) }
+	t.Cleanup(func() { releasedReads = nil })
+	st := &readCtxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
+	s, err := NewService(cfg, st, []ports.MergeProfile{listProfile{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan struct{})
+	s.reads[0].onQueued = func() { queued <- struct{}{} }
+	var wg sync.WaitGroup
+	read := func(ctx context.Context, keys ...string) chan []ReadResult {
+		out := make(chan []ReadResult, 1)
+		addrs := make([]domain.Address, len(keys))
+		for i, k := range keys {
+			addrs[i] = listAddr(k)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := s.Read(ctx, addrs)
+			out <- r
+		}()
+		return out
+	}
+	read(context.Background(), "first")
+	<-st.entered // the first read is at storage
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	left := read(ctx, "a", "b")
+	<-queued
+	carried := read(context.Background(), "c")
+	<-queued
+	st.proceed <- struct{}{} // the first read returns
+	<-st.entered             // the batch of the two queued readers is at storage
+	var res []ReadResult
+	select {
+	case res = <-left:
+	case <-time.After(10 * time.Second): // a failure guard
+		t.Fatal("the batch's leader waited for the batch past its deadline")
+	}
+	if res[0].Err == nil {
+		t.Fatalf("reader past its deadline: %+v", res[0])
+	}
+	st.proceed <- struct{}{}
+	if r := <-carried; r[0].Status != StatusNotFound {
+		t.Fatalf("the carried reader: %+v", r[0])
+	}
+	wg.Wait()
+	if n := releases.Load(); n != 0 {
+		t.Fatalf("%d read buffers released; those of the reader that left must not be", n)
+	}
+	go func() { <-st.entered; st.proceed <- struct{}{} }()
+	if _, err := s.Read(context.Background(), []domain.Address{listAddr("a"), listAddr("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := releases.Load(); n != 1 {
+		t.Fatalf("%d read buffers released after a Read that stayed, want 1", n)
 	}
 }

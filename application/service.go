@@ -187,7 +187,18 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	if err := s.checkDeadline(ctx); err != nil {
 		return nil, err
 	}
-	results, v, valid, pos, j := readSlices(len(addrs))
+	results, v, valid, pos, j, bufs := readSlices(len(addrs))
+	// bufs (a request of several reads) goes back to its pool once this
+	// call is done with it, unless the caller left the batch carrying
+	// its reads, which may still read valid (see readBufs).
+	left := false
+	if bufs != nil {
+		defer func() {
+			if !left {
+				bufs.release()
+			}
+		}()
+	}
 	cost := 0
 	for i := range addrs {
 		a := addrs[i]
@@ -217,7 +228,7 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	if len(valid) == 0 {
 		return results, nil
 	}
-	got := s.readStorage(ctx, j, valid)
+	got, left := s.readStorage(ctx, j, valid)
 	for k, r := range got {
 		i := pos[k]
 		switch {
@@ -246,14 +257,16 @@ type oneRead struct {
 
 // readSlices returns Read's per-operation slices for n reads: results,
 // the verdicts, the valid addresses and their positions (both empty, with
-// room for n), and the job to read them with (nil: readStorage allocates
-// it).
-func readSlices(n int) ([]ReadResult, verdicts, []domain.Address, []int, *readJob) {
+// room for n), the job to read them with (nil: readStorage allocates it),
+// and, for several reads, the pooled buffers that hold all of them but the
+// results (see readBufs), for the caller to release.
+func readSlices(n int) ([]ReadResult, verdicts, []domain.Address, []int, *readJob, *readBufs) {
 	if n == 1 {
 		one := new(oneRead)
-		return one.results[:], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, one.valid[:0], one.pos[:0], &one.job
+		return one.results[:], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, one.valid[:0], one.pos[:0], &one.job, nil
 	}
-	return make([]ReadResult, n), newVerdicts(n), make([]domain.Address, 0, n), make([]int, 0, n), nil
+	b := getReadBufs(n)
+	return make([]ReadResult, n), verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, b.valid, b.pos, nil, b
 }
 
 // admit asks the admission port (when there is one) whether the valid,
