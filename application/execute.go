@@ -103,14 +103,24 @@ func (j *job) ref(i int) opRef {
 //
 // refs names the mutations in their errors (nil: requestRef, by their
 // kind). j, when not nil, is a zero job to use (callers that allocate it
-// with their own per-request state).
-func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) {
+// with their own per-request state; its ids, when they have room for
+// work's, are used for the record IDs).
+//
+// It reports whether the caller left the batch carrying the job at its
+// deadline (see carryJob): the batch may then still read work, valid and
+// the job's IDs, so the caller must not reuse them (see opBufs).
+func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, valid []int, results []WriteResult, refs func(int) opRef, blockOnFailure bool) (left bool) {
 	if j == nil {
 		j = new(job)
 	}
+	ids := j.ids
 	*j = job{ctx: ctx, work: work, valid: valid, results: results, refs: refs, blockOnFailure: blockOnFailure, queued: blockOnFailure, guard: j.guard, wave: j.wave, fold: j.fold}
-	j.ids = j.oneID[:]
-	if len(work) != 1 {
+	switch {
+	case len(ids) == len(work):
+		j.ids = ids
+	case len(work) == 1:
+		j.ids = j.oneID[:]
+	default:
 		j.ids = make([]domain.RecordID, len(work))
 	}
 	recordIDs(work, valid, j.ids)
@@ -120,7 +130,7 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 	}
 	if shard < 0 {
 		s.applyJobs(ctx, []*job{j}, nil)
-		return
+		return false
 	}
 	j.shard = shard
 	j.waiter.item, j.waiter.ctx = j, ctx
@@ -135,6 +145,7 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 			results[i] = failed(opError(j.ref(i), fieldAddress, &domain.Error{Code: domain.CodeOutcomeUnknown, Retryable: m.Keyed || idempotent(m), Cause: ctx.Err(),
 				Message: "the request ended (" + ctx.Err().Error() + ") while the mutation was at storage in a batch shared with other requests; it may have been applied"}))
 		}
+		return true
 	case err != nil:
 		// It left the queue: nothing of it was written.
 		for _, i := range valid {
@@ -145,6 +156,7 @@ func (s *Service) execute(ctx context.Context, j *job, work []domain.Mutation, v
 			j.own[i] = j.results[i]
 		}
 	}
+	return false
 }
 
 // recordIDs sets ids[i] to the record ID of work[i], for i in valid. The
@@ -157,17 +169,19 @@ func recordIDs(work []domain.Mutation, valid []int, ids []domain.RecordID) {
 		ids[i] = work[i].Address.ID()
 		return
 	}
-	buf := make([]byte, 0, 48*len(valid))
-	ends := make([]int, len(valid))
+	sc := getIDScratch(len(valid))
+	buf, ends := sc.buf[:0], sc.ends[:len(valid)]
 	for k, i := range valid {
 		buf = domain.AppendAddress(buf, work[i].Address)
 		ends[k] = len(buf)
 	}
-	all, start := string(buf), 0
+	all, start := string(buf), 0 // (the one allocation: a copy of exactly the IDs' bytes)
 	for k, i := range valid {
 		ids[i] = domain.RecordID(all[start:ends[k]])
 		start = ends[k]
 	}
+	sc.buf = buf
+	sc.release()
 }
 
 // runWrites is the write combiner's batch: the jobs of callers that waited
@@ -310,19 +324,18 @@ func (s *Service) applyJobs(ctx context.Context, jobs []*job, h *hintTable) {
 // applyWaves is applyJobs for more than one mutation. (A function of its
 // own, so that a single mutation's stack does not carry its frame.)
 func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
-	type seq struct {
-		n    int // units so far
-		last int // index of the record's last unit in its wave, -1 for none
-	}
+	type seq = wavesSeq
 	n := 0
 	for _, j := range jobs {
 		n += len(j.valid)
 	}
 	var waves [][]unit
-	records := make(map[domain.RecordID]seq, n)
+	sc := getWavesScratch(n)
+	defer sc.release()
+	records := sc.records
 	// The units' first items, in one allocation; each unit's capacity is
 	// its length, so that a fold's further merges move it out.
-	firsts := make([]item, 0, n)
+	firsts := sc.firsts
 	for _, j := range jobs {
 		for _, i := range j.valid {
 			it := item{j, i}
@@ -341,7 +354,7 @@ func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 			if r.n == len(waves) {
 				var w []unit
 				if r.n == 0 {
-					w = make([]unit, 0, n) // every record has a unit in the first wave
+					w = sc.first // every record has a unit in the first wave
 				}
 				waves = append(waves, w)
 			}
@@ -354,9 +367,10 @@ func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 	}
 	var blocked map[blockKey]string
 	for _, wave := range waves {
-		units := wave[:0:0]
-		for _, u := range wave {
-			if blocked != nil {
+		units := wave // (nothing blocked: every unit as it is)
+		if blocked != nil {
+			units = make([]unit, 0, len(wave))
+			for _, u := range wave {
 				kept := u[:0:0]
 				for _, it := range u {
 					if by, ok := blocked[blockKey{it.j, it.rid()}]; ok {
@@ -366,10 +380,9 @@ func (s *Service) applyWaves(ctx context.Context, jobs []*job, h *hintTable) {
 					}
 					kept = append(kept, it)
 				}
-				u = kept
-			}
-			if len(u) > 0 {
-				units = append(units, u)
+				if len(kept) > 0 {
+					units = append(units, kept)
+				}
 			}
 		}
 		s.applyWave(ctx, units, h)
@@ -418,17 +431,24 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 		return
 	}
 	var b *waveBufs
+	var p *waveSlices
 	if len(units) == 1 {
 		if b = units[0][0].j.takeWave(); b == nil {
 			b = new(waveBufs)
 		}
+	} else {
+		p = getWaveSlices(len(units))
+		defer p.release()
 	}
-	ops, owners, bases, folds := s.waveWrites(units, b)
+	ops, owners, bases, folds := s.waveWrites(units, b, p)
 	for attempt := 1; ; attempt++ {
 		var written []*foldWrite // per write op: the fold it carries (nil for puts and deletes)
 		if len(folds) > 0 {
 			if b != nil && len(ops)+len(folds) <= len(b.written) {
 				written = b.written[: len(ops) : len(ops)+len(folds)]
+				clear(written)
+			} else if p != nil && len(ops)+len(folds) <= cap(p.written) {
+				written = p.written[: len(ops) : len(ops)+len(folds)]
 				clear(written)
 			} else {
 				written = make([]*foldWrite, len(ops), len(ops)+len(folds))
@@ -447,6 +467,8 @@ func (s *Service) applyWave(ctx context.Context, units []unit, h *hintTable) {
 			var gens []uint64 // per op: the generation of the state a put writes, for the hint it leaves
 			if b != nil && len(ops) <= len(b.rids) {
 				rids, gens = b.rids[:len(ops)], b.gens[:len(ops)]
+			} else if p != nil && len(ops) <= cap(p.rids) {
+				rids, gens = p.rids[:len(ops)], p.gens[:len(ops)]
 			} else {
 				rids, gens = make([]domain.RecordID, len(ops)), make([]uint64, len(ops))
 			}
@@ -598,12 +620,15 @@ type waveBufs struct {
 // waveWrites returns the write ops of a wave's puts and deletes, with
 // the unit (owner) and the known base mark of each, and the wave's folds
 // of merges (which prepareFolds turns into write ops). b, when not nil,
-// holds the slices of a wave of one unit.
-func (s *Service) waveWrites(units []unit, b *waveBufs) (ops []ports.WriteOp, owners []unit, bases []knownMark, folds []unit) {
+// holds the slices of a wave of one unit; p, when not nil, pooled slices
+// with room for units.
+func (s *Service) waveWrites(units []unit, b *waveBufs, p *waveSlices) (ops []ports.WriteOp, owners []unit, bases []knownMark, folds []unit) {
 	// bases: per write op, the record's applied mark before it, as far as
 	// the service knows it (for the hint the write leaves).
 	if b != nil && len(units) == 1 {
 		ops, owners, bases, folds = b.ops[:0], b.owners[:0], b.bases[:0], b.folds[:0]
+	} else if p != nil && len(units) <= cap(p.ops) {
+		ops, owners, bases = p.ops[:0], p.owners[:0], p.bases[:0]
 	} else {
 		ops, owners, bases = make([]ports.WriteOp, 0, len(units)), make([]unit, 0, len(units)), make([]knownMark, 0, len(units))
 	}

@@ -48,8 +48,12 @@ type verdicts struct {
 	datasets []domain.DatasetRef
 	admitted []bool
 	// outcomes, when not nil, has room for the outcomes reported (a
-	// single operation's, allocated with its other per-request state).
+	// single operation's, allocated with its other per-request state, or
+	// a pooled one: see opBufs). Observers do not keep it
+	// (ports.OperationObserver).
 	outcomes []ports.OperationOutcome
+	// errs, when not nil, has room for the errors to log (see outcomes).
+	errs []*domain.Error
 }
 
 func newVerdicts(n int) verdicts {
@@ -64,6 +68,14 @@ func (v verdicts) outcomeSlice(n int) []ports.OperationOutcome {
 	return make([]ports.OperationOutcome, n)
 }
 
+// errSlice returns a slice of n errors to log.
+func (v verdicts) errSlice(n int) []*domain.Error {
+	if len(v.errs) == n {
+		return v.errs
+	}
+	return make([]*domain.Error, n)
+}
+
 // labelled returns the dataset of operation i for metrics: zero unless it
 // was admitted.
 func (v verdicts) labelled(i int) domain.DatasetRef {
@@ -76,7 +88,7 @@ func (v verdicts) labelled(i int) domain.DatasetRef {
 // observeReads reports the outcomes of one Read request.
 func (s *Service) observeReads(ctx context.Context, v verdicts, results []ReadResult) {
 	outcomes := v.outcomeSlice(len(results))
-	errs := make([]*domain.Error, len(results))
+	errs := v.errSlice(len(results))
 	for i, r := range results {
 		outcomes[i] = withError(ports.OperationOutcome{
 			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: ports.OperationRead, Status: r.Status,
@@ -90,7 +102,7 @@ func (s *Service) observeReads(ctx context.Context, v verdicts, results []ReadRe
 // observeMutations reports the outcomes of one Write or Delete request.
 func (s *Service) observeMutations(ctx context.Context, useCase string, work []domain.Mutation, v verdicts, completion Completion, results []WriteResult) {
 	outcomes := v.outcomeSlice(len(results))
-	errs := make([]*domain.Error, len(results))
+	errs := v.errSlice(len(results))
 	for i, r := range results {
 		outcomes[i] = withError(ports.OperationOutcome{
 			Source: ports.SourceRequest, Dataset: v.labelled(i), Kind: ports.OperationKindOf(work[i].Kind),

@@ -13,7 +13,10 @@ import (
 // once: a retry or a later wave allocates its own.
 func TestSingleOperationBuffersShareItsAllocation(t *testing.T) {
 	for _, kind := range []domain.MutationKind{domain.MutationPut, domain.MutationMerge, domain.MutationDelete} {
-		_, _, _, _, j := mutateSlices([]domain.Mutation{{Kind: kind}})
+		_, _, _, _, j, bufs := mutateSlices([]domain.Mutation{{Kind: kind}})
+		if bufs != nil {
+			t.Fatalf("%s: pooled buffers for a request of one operation", kind)
+		}
 		if j == nil {
 			t.Fatalf("%s: no job of one operation", kind)
 		}
@@ -41,9 +44,13 @@ func TestSingleOperationBuffersShareItsAllocation(t *testing.T) {
 			t.Fatal("merge: the fold buffers were handed out twice")
 		}
 	}
-	if _, _, _, _, j := mutateSlices(make([]domain.Mutation, 2)); j != nil {
-		t.Fatal("a job allocated for a request of two operations")
+	// Several operations: pooled buffers, and a job that uses their IDs
+	// and carries no single operation's buffers.
+	_, _, _, _, j, bufs := mutateSlices(make([]domain.Mutation, 2))
+	if bufs == nil || j == nil || j.wave != nil || j.fold != nil || len(j.ids) != 2 || &j.ids[0] != &bufs.ids[0] {
+		t.Fatalf("a request of two operations: job %+v, buffers %p", j, bufs)
 	}
+	bufs.release()
 }
 
 // containerOf returns the oneMutation whose job j is.

@@ -21,13 +21,16 @@ type readJob struct {
 // (Config.Batch), together with the reads of the callers that wait while
 // another read is at storage. j, when not nil, is a zero readJob to use
 // (callers that allocate it with their own per-request state).
-func (s *Service) readStorage(ctx context.Context, j *readJob, addrs []domain.Address) []ports.ReadResult {
+//
+// It reports whether the caller left the batch carrying its reads (the
+// batch may then still read addrs: the caller must not reuse them).
+func (s *Service) readStorage(ctx context.Context, j *readJob, addrs []domain.Address) (out []ports.ReadResult, left bool) {
 	shard := -1
 	if s.reads != nil {
 		shard = s.shardOfAddresses(addrs)
 	}
 	if shard < 0 {
-		return s.storageRead(ctx, addrs)
+		return s.storageRead(ctx, addrs), false
 	}
 	if j == nil {
 		j = new(readJob)
@@ -38,16 +41,16 @@ func (s *Service) readStorage(ctx context.Context, j *readJob, addrs []domain.Ad
 		// It left the queue, or the batch carrying it (reads may: a
 		// read's outcome changes nothing).
 		msg := "stopped before the record was read"
-		if errors.Is(err, errLeftBatch) {
+		if left = errors.Is(err, errLeftBatch); left {
 			err, msg = ctx.Err(), "the request ended while the read was at storage in a batch shared with other requests"
 		}
 		out := make([]ports.ReadResult, len(addrs))
 		for i := range out {
 			out[i].Err = domain.Wrap(stoppedCode(err), err, "%s", msg)
 		}
-		return out
+		return out, left
 	}
-	return j.out
+	return j.out, false
 }
 
 func (s *Service) storageRead(ctx context.Context, addrs []domain.Address) []ports.ReadResult {

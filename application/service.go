@@ -187,7 +187,18 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	if err := s.checkDeadline(ctx); err != nil {
 		return nil, err
 	}
-	results, v, valid, pos, j := readSlices(len(addrs))
+	results, v, valid, pos, j, bufs := readSlices(len(addrs))
+	// bufs (a request of several reads) goes back to its pool once this
+	// call is done with it, unless the caller left the batch carrying
+	// its reads, which may still read valid (see readBufs).
+	left := false
+	if bufs != nil {
+		defer func() {
+			if !left {
+				bufs.release()
+			}
+		}()
+	}
 	cost := 0
 	for i := range addrs {
 		a := addrs[i]
@@ -217,7 +228,7 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	if len(valid) == 0 {
 		return results, nil
 	}
-	got := s.readStorage(ctx, j, valid)
+	got, left := s.readStorage(ctx, j, valid)
 	for k, r := range got {
 		i := pos[k]
 		switch {
@@ -246,14 +257,16 @@ type oneRead struct {
 
 // readSlices returns Read's per-operation slices for n reads: results,
 // the verdicts, the valid addresses and their positions (both empty, with
-// room for n), and the job to read them with (nil: readStorage allocates
-// it).
-func readSlices(n int) ([]ReadResult, verdicts, []domain.Address, []int, *readJob) {
+// room for n), the job to read them with (nil: readStorage allocates it),
+// and, for several reads, the pooled buffers that hold all of them but the
+// results (see readBufs), for the caller to release.
+func readSlices(n int) ([]ReadResult, verdicts, []domain.Address, []int, *readJob, *readBufs) {
 	if n == 1 {
 		one := new(oneRead)
-		return one.results[:], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, one.valid[:0], one.pos[:0], &one.job
+		return one.results[:], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, one.valid[:0], one.pos[:0], &one.job, nil
 	}
-	return make([]ReadResult, n), newVerdicts(n), make([]domain.Address, 0, n), make([]int, 0, n), nil
+	b := getReadBufs(n)
+	return make([]ReadResult, n), verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, b.valid, b.pos, nil, b
 }
 
 // admit asks the admission port (when there is one) whether the valid,
@@ -316,8 +329,20 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		return nil, domain.Errorf(domain.CodeInvalidArgument, "unknown completion mode %d", completion)
 	}
 
-	results, work, valid, v, j := mutateSlices(muts)
+	results, work, valid, v, j, bufs := mutateSlices(muts)
 	copy(work, muts)
+	// bufs (a request of several mutations) goes back to its pool once
+	// this call is done with it (after observeMutations, deferred below)
+	// unless the caller left the batch carrying its job, which may still
+	// use it: then it is left to the collector (see opBufs).
+	left := false
+	if bufs != nil {
+		defer func() {
+			if !left {
+				bufs.release()
+			}
+		}()
+	}
 	cost := 0
 	now := s.now()
 	// keyed: the first operation of each (record, idempotency key);
@@ -409,7 +434,7 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		s.submit(ctx, work, valid, results, func(i int) opRef { return requestRef(i, work[i].Kind) })
 		return results, nil
 	}
-	s.execute(ctx, j, work, valid, results, nil, false)
+	left = s.execute(ctx, j, work, valid, results, nil, false)
 	return results, nil
 }
 
@@ -438,9 +463,10 @@ type oneMerge struct {
 
 // mutateSlices returns mutate's per-operation slices for muts: results,
 // the working copy of the mutations, the valid indexes (empty, with room
-// for all) and the verdicts, and the job to execute them with (nil:
-// execute allocates it).
-func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []int, verdicts, *job) {
+// for all) and the verdicts, the job to execute them with (nil: execute
+// allocates it), and, for several mutations, the pooled buffers that hold
+// all of them but the results (see opBufs), for the caller to release.
+func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []int, verdicts, *job, *opBufs) {
 	n := len(muts)
 	if n == 1 {
 		var one *oneMutation
@@ -452,9 +478,13 @@ func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []i
 			one = new(oneMutation)
 		}
 		one.job.wave = &one.wave
-		return one.results[:], one.work[:], one.valid[:0], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, &one.job
+		return one.results[:], one.work[:], one.valid[:0], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, &one.job, nil
 	}
-	return make([]WriteResult, n), make([]domain.Mutation, n), make([]int, 0, n), newVerdicts(n), nil
+	b := getOpBufs(n)
+	// The job itself is not pooled: a prefold (see takePrefold) may hold
+	// a pointer to it, which must never name another request's job.
+	j := &job{ids: b.ids}
+	return make([]WriteResult, n), b.work, b.valid, verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, j, b
 }
 
 // keyedRecord is an idempotency key on one record (a key's scope).

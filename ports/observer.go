@@ -43,7 +43,9 @@ type MergeObserver interface {
 // OperationObserver receives the outcomes of operations.
 type OperationObserver interface {
 	// Operations: the final outcomes of the operations of one request, or
-	// of one batch of queued mutations applied by the worker.
+	// of one batch of queued mutations applied by the worker. The slice
+	// is the caller's: an observer does not keep it after the call (the
+	// application reuses it for later requests).
 	Operations(outcomes []OperationOutcome)
 	// Deduplicated: n mutations were not applied because their record's
 	// applied mark covered them (see domain.AppliedMark): coverage is

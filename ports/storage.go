@@ -140,9 +140,14 @@ type Storage interface {
 	// Read returns one result per address, in order. The results'
 	// documents are read-only: neither the caller nor whoever it passes
 	// them to changes their bytes (a storage may return the bytes it
-	// keeps, shared by every reader of the record).
+	// keeps, shared by every reader of the record). The storage does not
+	// keep addrs after the call.
 	Read(ctx context.Context, addrs []domain.Address) []ReadResult
-	// Write applies the operations and returns one result per operation, in order.
+	// Write applies the operations and returns one result per operation,
+	// in order. The storage does not keep ops (the slice, or pointers to
+	// its elements) after the call: the caller reuses it. What it keeps
+	// of an operation it copies (a handed-over document's bytes it may
+	// keep as they are: see WriteOp.HandOver).
 	Write(ctx context.Context, ops []WriteOp) []WriteResult
 	// Validate checks, without any I/O, whether the storage can hold the
 	// operation (names, content type, document shape): nil, or a

@@ -1,0 +1,252 @@
+package application
+
+import (
+	"sync"
+
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// maxPooledOps bounds the operations of the per-request and per-wave
+// buffers kept in this file's pools: larger ones are left to the
+// collector, so that a pool never keeps more than that per buffer.
+const maxPooledOps = 1024
+
+// opBufs holds the per-operation state of one Write or Delete request of
+// several mutations except its results (which go back to the caller):
+// the working copy of the mutations, the valid indexes, the verdicts, the
+// outcomes and errors reported, and the record IDs (job.ids). A 500-put
+// request's took about 220 KB, which the collector paid for.
+//
+// Ownership: mutate gets them (mutateSlices) and is their only owner
+// while it runs; the job it executes uses them, alone or in a batch of
+// the write combiner. They go back to the pool (release) when mutate
+// returns, after it reported the outcomes, unless the caller left the
+// batch carrying its job at its deadline (execute reports that): the
+// batch may still read the mutations and IDs, so they are then left to
+// the collector, never reused. A caller that returns otherwise is done
+// with them: a batch that took its job ended before waking it (combiner
+// finish), and a job that left the queue was never taken (a prefold of
+// it keeps the job's pointer, which is not pooled, and compares it only).
+// The results returned hold nothing of them (strings are immutable;
+// documents returned are copies of the document values).
+type opBufs struct {
+	work     []domain.Mutation
+	valid    []int
+	datasets []domain.DatasetRef
+	admitted []bool
+	outcomes []ports.OperationOutcome
+	errs     []*domain.Error
+	ids      []domain.RecordID
+}
+
+var opBufPool sync.Pool // *opBufs
+
+// released, when set (tests), is called with buffers that release gives
+// back to the pool, after they were emptied.
+var released func(*opBufs)
+
+// getOpBufs returns buffers for n operations: work, datasets, admitted,
+// outcomes, errs and ids of length n (all zero but work, which the caller
+// overwrites), valid empty with room for n.
+func getOpBufs(n int) *opBufs {
+	b, _ := opBufPool.Get().(*opBufs)
+	if b == nil || cap(b.work) < n {
+		c := n
+		b = &opBufs{
+			work:     make([]domain.Mutation, c),
+			valid:    make([]int, 0, c),
+			datasets: make([]domain.DatasetRef, c),
+			admitted: make([]bool, c),
+			outcomes: make([]ports.OperationOutcome, c),
+			errs:     make([]*domain.Error, c),
+			ids:      make([]domain.RecordID, c),
+		}
+	}
+	b.work, b.valid = b.work[:n], b.valid[:0]
+	b.datasets, b.admitted, b.outcomes, b.errs, b.ids = b.datasets[:n], b.admitted[:n], b.outcomes[:n], b.errs[:n], b.ids[:n]
+	return b
+}
+
+// release empties b (so that the pool keeps no request's documents,
+// names or errors alive) and gives it to the pool if it is not larger
+// than maxPooledOps. Only b's owner calls it, once, when nothing uses b
+// any more (see opBufs).
+func (b *opBufs) release() {
+	if cap(b.work) > maxPooledOps {
+		return
+	}
+	clear(b.work[:cap(b.work)])
+	clear(b.datasets[:cap(b.datasets)])
+	clear(b.admitted[:cap(b.admitted)])
+	clear(b.outcomes[:cap(b.outcomes)])
+	clear(b.errs[:cap(b.errs)])
+	clear(b.ids[:cap(b.ids)])
+	if released != nil {
+		released(b)
+	}
+	opBufPool.Put(b)
+}
+
+// The scratch buffers below live within one call (recordIDs, applyWaves,
+// applyWave) of the goroutine that runs it: each is released when that
+// call returns, when nothing holds any of it (the units, ops and IDs
+// built in them are used by the call alone; the storage does not keep
+// the ops slice, and hints and results copy what they keep). Each is
+// emptied before it is pooled, so that a pool keeps no request's
+// documents, addresses or jobs alive.
+
+// idScratch holds recordIDs' encoding buffer and ID ends.
+type idScratch struct {
+	buf  []byte
+	ends []int
+}
+
+// maxPooledIDBytes bounds the encoding buffer kept in idScratchPool.
+const maxPooledIDBytes = 64 << 10
+
+var idScratchPool sync.Pool // *idScratch
+
+// getIDScratch returns scratch with room for the ends of n IDs.
+func getIDScratch(n int) *idScratch {
+	sc, _ := idScratchPool.Get().(*idScratch)
+	if sc == nil {
+		sc = new(idScratch)
+	}
+	if cap(sc.ends) < n {
+		sc.ends = make([]int, n)
+		if cap(sc.buf) == 0 {
+			sc.buf = make([]byte, 0, 32*n)
+		}
+	}
+	return sc
+}
+
+func (sc *idScratch) release() {
+	if cap(sc.buf) > maxPooledIDBytes || cap(sc.ends) > maxPooledOps {
+		return
+	}
+	sc.buf = sc.buf[:0] // (bytes only: nothing to keep alive)
+	idScratchPool.Put(sc)
+}
+
+// wavesScratch holds applyWaves' record table, the units' first items
+// and the first wave's units.
+type wavesScratch struct {
+	records map[domain.RecordID]wavesSeq
+	firsts  []item
+	first   []unit
+	n       int // the capacity of firsts and first
+}
+
+// getWavesScratch returns an empty record table and empty firsts and
+// first with room for n.
+func getWavesScratch(n int) *wavesScratch {
+	sc, _ := wavesScratchPool.Get().(*wavesScratch)
+	if sc == nil || sc.n < n {
+		sc = &wavesScratch{records: make(map[domain.RecordID]wavesSeq, n), firsts: make([]item, 0, n), first: make([]unit, 0, n), n: n}
+	}
+	return sc
+}
+
+// wavesSeq is applyWaves' record of one record's units so far.
+type wavesSeq struct {
+	n    int // units so far
+	last int // index of the record's last unit in its wave, -1 for none
+}
+
+var wavesScratchPool sync.Pool // *wavesScratch
+
+func (sc *wavesScratch) release() {
+	if sc.n > maxPooledOps {
+		return
+	}
+	clear(sc.records)
+	clear(sc.firsts[:sc.n])
+	clear(sc.first[:sc.n])
+	sc.firsts, sc.first = sc.firsts[:0], sc.first[:0]
+	wavesScratchPool.Put(sc)
+}
+
+// waveSlices holds applyWave's per-op slices for a wave of several units.
+type waveSlices struct {
+	ops     []ports.WriteOp
+	owners  []unit
+	bases   []knownMark
+	written []*foldWrite
+	rids    []domain.RecordID
+	gens    []uint64
+}
+
+var waveSlicesPool sync.Pool // *waveSlices
+
+// getWaveSlices returns slices with room for the ops of n units.
+func getWaveSlices(n int) *waveSlices {
+	p, _ := waveSlicesPool.Get().(*waveSlices)
+	if p == nil || cap(p.ops) < n {
+		p = &waveSlices{ops: make([]ports.WriteOp, 0, n), owners: make([]unit, 0, n), bases: make([]knownMark, 0, n),
+			written: make([]*foldWrite, 0, n), rids: make([]domain.RecordID, n), gens: make([]uint64, n)}
+	}
+	return p
+}
+
+func (p *waveSlices) release() {
+	if cap(p.ops) > maxPooledOps {
+		return
+	}
+	clear(p.ops[:cap(p.ops)])
+	clear(p.owners[:cap(p.owners)])
+	clear(p.bases[:cap(p.bases)])
+	clear(p.written[:cap(p.written)])
+	clear(p.rids[:cap(p.rids)])
+	waveSlicesPool.Put(p)
+}
+
+// readBufs is opBufs for a Read request of several reads: its verdicts,
+// outcomes and errors, and its valid addresses and their positions. The
+// same ownership holds: Read releases them when it returns, unless its
+// caller left the read batch carrying its reads (readStorage reports
+// that), which may still read the addresses (runReads copies them when
+// it starts); then they are left to the collector.
+type readBufs struct {
+	datasets []domain.DatasetRef
+	admitted []bool
+	outcomes []ports.OperationOutcome
+	errs     []*domain.Error
+	valid    []domain.Address
+	pos      []int
+}
+
+var readBufPool sync.Pool // *readBufs
+
+// getReadBufs returns buffers for n reads: datasets, admitted, outcomes
+// and errs zero, of length n; valid and pos empty, with room for n.
+func getReadBufs(n int) *readBufs {
+	b, _ := readBufPool.Get().(*readBufs)
+	if b == nil || cap(b.valid) < n {
+		b = &readBufs{datasets: make([]domain.DatasetRef, n), admitted: make([]bool, n), outcomes: make([]ports.OperationOutcome, n),
+			errs: make([]*domain.Error, n), valid: make([]domain.Address, 0, n), pos: make([]int, 0, n)}
+	}
+	b.datasets, b.admitted, b.outcomes, b.errs = b.datasets[:n], b.admitted[:n], b.outcomes[:n], b.errs[:n]
+	b.valid, b.pos = b.valid[:0], b.pos[:0]
+	return b
+}
+
+// release empties b and pools it (not above maxPooledOps); see opBufs.
+func (b *readBufs) release() {
+	if cap(b.valid) > maxPooledOps {
+		return
+	}
+	clear(b.datasets[:cap(b.datasets)])
+	clear(b.admitted[:cap(b.admitted)])
+	clear(b.outcomes[:cap(b.outcomes)])
+	clear(b.errs[:cap(b.errs)])
+	clear(b.valid[:cap(b.valid)])
+	if releasedReads != nil {
+		releasedReads(b)
+	}
+	readBufPool.Put(b)
+}
+
+// releasedReads is released for readBufs (tests).
+var releasedReads func(*readBufs)

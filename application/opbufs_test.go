@@ -1,0 +1,218 @@
+package application
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sink-io/sink/adapters/memory"
+	"github.com/sink-io/sink/domain"
+	"github.com/sink-io/sink/ports"
+)
+
+// poisonReleased makes every opBufs released from now to the end of the
+// test poisoned: its mutations become puts of record "poisoned" and its
+// record IDs that record's, so that a batch that still used buffers
+// released under it would write that record instead of its own. It
+// returns the number of buffers released so far.
+func poisonReleased(t *testing.T) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	poison := listPut("poisoned", "poison")
+	poison.Address.Store = DefaultConfig().Store
+	released = func(b *opBufs) {
+		n.Add(1)
+		for i := range b.work[:cap(b.work)] {
+			b.work[i] = poison
+		}
+		for i := range b.ids[:cap(b.ids)] {
+			b.ids[i] = poison.Address.ID()
+		}
+	}
+	t.Cleanup(func() { released = nil })
+	return &n
+}
+
+// A request of several mutations that leads a batch and leaves it at its
+// deadline while the batch is at storage does not give its buffers back
+// to the pool: the batch goes on with its mutations (here, the second
+// wave writes its second put of the record after it left) and must find
+// them as they were. Released, they would be poisoned (and reusable by
+// the next request), and the batch would write "poisoned" instead.
+func TestLeftCallersBuffersAreNotReleasedUnderItsBatch(t *testing.T) {
+	releases := poisonReleased(t)
+	b := newBatchAt(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	lead := make(chan []WriteResult, 1)
+	go func() {
+		res, _ := b.s.Write(ctx, []domain.Mutation{listPut("left", "1"), listPut("left", "2")}, WaitUntilApplied)
+		lead <- res
+	}()
+	<-b.queued
+	carried := make(chan []WriteResult, 1)
+	go func() {
+		res, _ := b.s.Write(context.Background(), []domain.Mutation{listPut("carried", "y")}, WaitUntilApplied)
+		carried <- res
+	}()
+	<-b.queued
+	b.st.proceed <- struct{}{} // the first write returns
+	<-b.st.entered             // the batch's first wave is at storage
+	var res []WriteResult
+	select {
+	case res = <-lead:
+	case <-time.After(10 * time.Second): // a failure guard
+		t.Fatal("the batch's leader waited for the batch past its deadline")
+	}
+	if e := res[1].Err; e == nil || e.Code != domain.CodeOutcomeUnknown {
+		t.Fatalf("leader past its deadline: %+v", res[1])
+	}
+	b.st.proceed <- struct{}{} // the first wave returns
+	<-b.st.entered             // the second: the leader's second put
+	b.st.proceed <- struct{}{}
+	if r := <-carried; r[0].Status != StatusApplied {
+		t.Fatalf("the carried request: %+v", r[0])
+	}
+	b.wg.Wait()
+	r, err := b.s.Read(context.Background(), []domain.Address{listAddr("left"), listAddr("poisoned")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d listDoc
+	if r[0].Status != StatusFound || json.Unmarshal(r[0].Record.Document.Data, &d) != nil || !slices.Equal(d.L, []string{"2"}) {
+		t.Fatalf("record left after its batch: %+v (%s), want the leader's second put", r[0], r[0].Record.Document.Data)
+	}
+	if r[1].Status != StatusNotFound {
+		t.Fatalf("the batch wrote from released buffers: %+v", r[1])
+	}
+	if n := releases.Load(); n != 0 {
+		t.Fatalf("%d buffers released; the leader's that left must not be", n)
+	}
+	// A request that stays to the end releases its own.
+	go func() { <-b.st.entered; b.st.proceed <- struct{}{} }()
+	if _, err := b.s.Write(context.Background(), []domain.Mutation{listPut("a", "x"), listPut("b", "x")}, WaitUntilApplied); err != nil {
+		t.Fatal(err)
+	}
+	if n := releases.Load(); n != 1 {
+		t.Fatalf("%d buffers released after a request that stayed, want 1", n)
+	}
+}
+
+// Buffers released are emptied before they are pooled (they keep no
+// request's documents, names or errors alive), and buffers above
+// maxPooledOps are not pooled.
+func TestReleasedBuffersAreEmptiedAndBounded(t *testing.T) {
+	var got []*opBufs
+	released = func(b *opBufs) { got = append(got, b) }
+	defer func() { released = nil }()
+	b := getOpBufs(3)
+	for i := range b.work {
+		b.work[i] = listPut("k", "v")
+		b.datasets[i] = b.work[i].Address.DatasetRef()
+		b.admitted[i] = true
+		b.errs[i] = domain.Errorf(domain.CodeInternal, "e")
+		b.ids[i] = b.work[i].Address.ID()
+		b.outcomes[i].Dataset = b.datasets[i]
+	}
+	b.valid = append(b.valid, 0, 1, 2)
+	b.release()
+	if len(got) != 1 || got[0] != b {
+		t.Fatalf("released %d buffers", len(got))
+	}
+	for i := range cap(b.work) {
+		if b.work[i].Document.Data != nil || b.work[i].Address.Key.Size() != 0 || b.datasets[i].Dataset != "" || b.admitted[i] ||
+			b.errs[i] != nil || b.ids[i] != "" || b.outcomes[i].Dataset.Dataset != "" {
+			t.Fatalf("released buffers keep operation %d: %+v", i, b.work[i])
+		}
+	}
+	big := getOpBufs(maxPooledOps + 1)
+	big.release()
+	if len(got) != 1 {
+		t.Fatal("buffers above maxPooledOps were pooled")
+	}
+}
+
+// readCtxStorage hands the context of each Read to the test and waits for
+// a token on proceed.
+type readCtxStorage struct {
+	ports.Storage
+	entered chan context.Context
+	proceed chan struct{}
+}
+
+func (s *readCtxStorage) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
+	s.entered <- ctx
+	<-s.proceed
+	return s.Storage.Read(ctx, addrs)
+}
+
+// A Read of several addresses that leaves the read batch carrying it at
+// its deadline does not give its buffers (its addresses among them) back
+// to the pool; one that stays to the end does.
+func TestLeftReadersBuffersAreNotReleased(t *testing.T) {
+	var releases atomic.Int64
+	releasedReads = func(*readBufs) { releases.Add(1) }
+	t.Cleanup(func() { releasedReads = nil })
+	st := &readCtxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
+	s, err := NewService(cfg, st, []ports.MergeProfile{listProfile{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan struct{})
+	s.reads[0].onQueued = func() { queued <- struct{}{} }
+	var wg sync.WaitGroup
+	read := func(ctx context.Context, keys ...string) chan []ReadResult {
+		out := make(chan []ReadResult, 1)
+		addrs := make([]domain.Address, len(keys))
+		for i, k := range keys {
+			addrs[i] = listAddr(k)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := s.Read(ctx, addrs)
+			out <- r
+		}()
+		return out
+	}
+	read(context.Background(), "first")
+	<-st.entered // the first read is at storage
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	left := read(ctx, "a", "b")
+	<-queued
+	carried := read(context.Background(), "c")
+	<-queued
+	st.proceed <- struct{}{} // the first read returns
+	<-st.entered             // the batch of the two queued readers is at storage
+	var res []ReadResult
+	select {
+	case res = <-left:
+	case <-time.After(10 * time.Second): // a failure guard
+		t.Fatal("the batch's leader waited for the batch past its deadline")
+	}
+	if res[0].Err == nil {
+		t.Fatalf("reader past its deadline: %+v", res[0])
+	}
+	st.proceed <- struct{}{}
+	if r := <-carried; r[0].Status != StatusNotFound {
+		t.Fatalf("the carried reader: %+v", r[0])
+	}
+	wg.Wait()
+	if n := releases.Load(); n != 0 {
+		t.Fatalf("%d read buffers released; those of the reader that left must not be", n)
+	}
+	go func() { <-st.entered; st.proceed <- struct{}{} }()
+	if _, err := s.Read(context.Background(), []domain.Address{listAddr("a"), listAddr("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := releases.Load(); n != 1 {
+		t.Fatalf("%d read buffers released after a Read that stayed, want 1", n)
+	}
+}
