@@ -105,6 +105,7 @@ func Run(t *testing.T, fx Fixtures, f Features) {
 		{"RevisionPreconditions", testRevisionPreconditions},
 		{"RevisionsAreNotReusedAfterRecreate", testRevisionsNotReused},
 		{"BatchReadWithMissingRecords", testBatchRead},
+		{"CallersSlicesReusedAfterTheCall", testSlicesReused},
 		{"Deletes", testDeletes},
 		{"SameRecordOrderingInOneBatch", testSameRecordOrdering},
 		{"MixedBatchResultsPerOperation", testMixedBatch},
@@ -334,6 +335,44 @@ func testBatchRead(t *testing.T, h *harness) {
 	want := h.doc(a, 1)
 	if got := res[0].Record.Document; got.ContentType != want.ContentType || !bytes.Equal(got.Data, want.Data) {
 		t.Fatalf("document changed on the way through storage:\n got %q %x\nwant %q %x", got.ContentType, got.Data, want.ContentType, want.Data)
+	}
+}
+
+// testSlicesReused: the caller reuses its slices once a call returns
+// (the application pools them): a storage keeps neither the operations
+// nor the bytes of documents not handed over (WriteOp.HandOver), nor the
+// addresses it read. Each is overwritten right after its call.
+func testSlicesReused(t *testing.T, h *harness) {
+	a, b, c := h.key("reuse-a"), h.key("reuse-b"), h.key("reuse-c")
+	da, db := h.doc(a, 1), h.doc(b, 2)
+	ops := []ports.WriteOp{put(a, da, none), put(b, db, none)}
+	for i, r := range h.write(ops...) {
+		if r.Err != nil {
+			t.Fatalf("put %d: %v", i, r.Err)
+		}
+	}
+	want := [][]byte{bytes.Clone(da.Data), bytes.Clone(db.Data)}
+	for i := range ops {
+		for k := range ops[i].Document.Data {
+			ops[i].Document.Data[k] ^= 0xff
+		}
+		ops[i] = put(c, h.doc(c, 9), none)
+	}
+	addrs := []domain.Address{a, b}
+	res := h.read(addrs...)
+	addrs[0], addrs[1] = c, c
+	for i, r := range res {
+		if !r.Found || !bytes.Equal(r.Record.Document.Data, want[i]) {
+			t.Fatalf("record %d after its operations were overwritten: found %v, document %q, want %q", i, r.Found, r.Record.Document.Data, want[i])
+		}
+	}
+	if h.read(c)[0].Found {
+		t.Fatal("a record exists at an address only written into the operations after the call")
+	}
+	for i, r := range h.read(a, b) {
+		if !r.Found || !bytes.Equal(r.Record.Document.Data, want[i]) {
+			t.Fatalf("record %d read again: found %v, document %q, want %q", i, r.Found, r.Record.Document.Data, want[i])
+		}
 	}
 }
 
