@@ -250,3 +250,74 @@ func (b *readBufs) release() {
 
 // releasedReads is released for readBufs (tests).
 var releasedReads func(*readBufs)
+
+// The results of a request of several operations ([]ReadResult of Read,
+// []WriteResult of Write and Delete) go back to the caller, which may give
+// them back once it no longer reads them (ReleaseReadResults,
+// ReleaseWriteResults): a 500-operation batch's took 66 KB (reads) and
+// 32 KB (writes), which the collector paid for. Only the slice of result
+// structs is reused: it is emptied before it is pooled, so that a pool
+// keeps no request's documents, revisions or errors alive, and what the
+// caller copied out of it (documents' bytes, strings, errors) is never
+// written again.
+//
+// Ownership: nothing but the caller holds a results slice once the call
+// returned. Read alone writes its results (the read batch writes each
+// job's out, which Read copies). A Write's or Delete's results are
+// written by mutate, by submit (within the call), and by the write batch
+// carrying its job until the batch wakes the caller; a caller that may
+// leave the batch at its deadline has the batch write a slice of the
+// job's own instead (carryJob), and execute copies it into the caller's
+// only when the caller stayed. As a second guard, mutate never returns a
+// slice the batch was given when its caller left: it returns a copy (see
+// mutate), so that a released slice is one no batch ever held.
+
+// resultPool pools results slices of several operations, up to
+// maxPooledOps.
+type resultPool[R any] struct {
+	p sync.Pool // *[]R, emptied
+	// released, when set (tests), is called with each slice pooled, after
+	// it was emptied.
+	released func([]R)
+}
+
+var (
+	readResults  resultPool[ReadResult]
+	writeResults resultPool[WriteResult]
+)
+
+// get returns n zero results, in a pooled slice when one has room.
+func (p *resultPool[R]) get(n int) []R {
+	if b, ok := p.p.Get().(*[]R); ok && cap(*b) >= n {
+		return (*b)[:n]
+	}
+	return make([]R, n)
+}
+
+// put empties r and pools it: only slices of several results (a single
+// operation's result is in its request's allocation, see oneMutation and
+// oneRead) and of at most maxPooledOps.
+func (p *resultPool[R]) put(r []R) {
+	if cap(r) <= 1 || cap(r) > maxPooledOps {
+		return
+	}
+	r = r[:cap(r)]
+	clear(r)
+	if p.released != nil {
+		p.released(r)
+	}
+	p.p.Put(&r)
+}
+
+// ReleaseReadResults gives back the results of a Read, which the caller
+// may do once it no longer reads them (nor anything else does): the slice
+// may then be reused for another request's results. Calling it is
+// optional (results not given back are left to the collector); a slice is
+// given back once at most, and only one Read returned. What the caller
+// copied out of the results (documents' bytes, revisions, errors) stays
+// valid: only the slice of result structs is reused.
+func (s *Service) ReleaseReadResults(results []ReadResult) { readResults.put(results) }
+
+// ReleaseWriteResults is ReleaseReadResults for the results of a Write or
+// Delete.
+func (s *Service) ReleaseWriteResults(results []WriteResult) { writeResults.put(results) }

@@ -172,7 +172,10 @@ func (s *Service) checkRequest(n int, bytes int) *domain.Error {
 
 // Read reads the addressed records. The error is a whole-request error;
 // per-operation problems are in the results. The results' documents are
-// read-only (their bytes may be storage's own: ports.Storage.Read).
+// read-only (their bytes may be storage's own: ports.Storage.Read). The
+// caller may give the results back once it no longer reads them
+// (ReleaseReadResults). Read keeps nothing of addrs once it returned (it
+// copies the addresses it reads): the caller may reuse the slice.
 func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResult, error) {
 	size := 0
 	for _, a := range addrs {
@@ -259,14 +262,16 @@ type oneRead struct {
 // the verdicts, the valid addresses and their positions (both empty, with
 // room for n), the job to read them with (nil: readStorage allocates it),
 // and, for several reads, the pooled buffers that hold all of them but the
-// results (see readBufs), for the caller to release.
+// results (see readBufs), for the caller to release. Several reads'
+// results come from a pool too (see resultPool), for Read's caller to give
+// back.
 func readSlices(n int) ([]ReadResult, verdicts, []domain.Address, []int, *readJob, *readBufs) {
 	if n == 1 {
 		one := new(oneRead)
 		return one.results[:], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, one.valid[:0], one.pos[:0], &one.job, nil
 	}
 	b := getReadBufs(n)
-	return make([]ReadResult, n), verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, b.valid, b.pos, nil, b
+	return readResults.get(n), verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, b.valid, b.pos, nil, b
 }
 
 // admit asks the admission port (when there is one) whether the valid,
@@ -291,12 +296,15 @@ func (s *Service) admit(ctx context.Context, ops, bytes int) error {
 // bytes are handed over: neither the caller nor whoever gave it them
 // changes them after the call, each in an allocation of its own (the
 // service keeps them as records' latest states for later merges, and
-// hands them over to storage: ports.WriteOp.HandOver).
+// hands them over to storage: ports.WriteOp.HandOver). The caller may give
+// the results back once it no longer reads them (ReleaseWriteResults).
 func (s *Service) Write(ctx context.Context, muts []domain.Mutation, completion Completion) ([]WriteResult, error) {
 	return s.mutate(ctx, muts, completion, domain.MutationPut, domain.MutationMerge)
 }
 
-// Delete applies or enqueues deletes (mutations of kind delete).
+// Delete applies or enqueues deletes (mutations of kind delete). Like
+// Write, it keeps nothing of muts, and the caller may give the results
+// back (ReleaseWriteResults).
 func (s *Service) Delete(ctx context.Context, muts []domain.Mutation, completion Completion) ([]WriteResult, error) {
 	return s.mutate(ctx, muts, completion, domain.MutationDelete)
 }
@@ -435,6 +443,14 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		return results, nil
 	}
 	left = s.execute(ctx, j, work, valid, results, nil, false)
+	if left && bufs != nil {
+		// The batch carrying the job goes on without the caller: it
+		// writes a results slice of the job's own (carryJob), never
+		// results, but the caller may give back what it gets
+		// (ReleaseWriteResults) and a slice any batch held is never
+		// pooled: it gets a copy (a rare allocation, at a deadline).
+		results = slices.Clone(results)
+	}
 	return results, nil
 }
 
@@ -466,6 +482,8 @@ type oneMerge struct {
 // for all) and the verdicts, the job to execute them with (nil: execute
 // allocates it), and, for several mutations, the pooled buffers that hold
 // all of them but the results (see opBufs), for the caller to release.
+// Several mutations' results come from a pool too (see resultPool), for
+// mutate's caller to give back.
 func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []int, verdicts, *job, *opBufs) {
 	n := len(muts)
 	if n == 1 {
@@ -484,7 +502,7 @@ func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []i
 	// The job itself is not pooled: a prefold (see takePrefold) may hold
 	// a pointer to it, which must never name another request's job.
 	j := &job{ids: b.ids}
-	return make([]WriteResult, n), b.work, b.valid, verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, j, b
+	return writeResults.get(n), b.work, b.valid, verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, j, b
 }
 
 // keyedRecord is an idempotency key on one record (a key's scope).

@@ -25,18 +25,37 @@ func NewServer(svc *application.Service) *Server { return &Server{svc: svc} }
 
 // Read implements sinkv1.SinkServer.
 func (s *Server) Read(ctx context.Context, req *sinkv1.ReadRequest) (*sinkv1.ReadResponse, error) {
-	var one [1]domain.Address // a single read's, on the stack
-	addrs := one[:]
-	if n := len(req.GetOperations()); n != 1 {
-		addrs = make([]domain.Address, n)
+	if len(req.GetOperations()) > 1 {
+		addrs := readAddresses(getAddresses(), req.GetOperations())
+		results, err := s.svc.Read(ctx, addrs)
+		putAddresses(addrs) // the application copied them (Service.Read keeps none)
+		return s.readResponse(results, err)
 	}
-	for i, op := range req.GetOperations() {
+	var one [1]domain.Address // a single read's, on the stack
+	return s.readResponse(s.svc.Read(ctx, readAddresses(one[:0], req.GetOperations())))
+}
+
+// readAddresses returns the addresses of a Read request's operations, in
+// buf when it has room for them.
+func readAddresses(buf []domain.Address, ops []*sinkv1.ReadOperation) []domain.Address {
+	addrs := buf[:0]
+	if cap(buf) < len(ops) {
+		addrs = make([]domain.Address, 0, len(ops))
+	}
+	addrs = addrs[:len(ops)]
+	for i, op := range ops {
 		addrs[i] = toAddress(op.GetAddress())
 	}
-	results, err := s.svc.Read(ctx, addrs)
+	return addrs
+}
+
+// readResponse builds Read's response from the application's results,
+// which it then gives back (the response copies what it keeps of them).
+func (s *Server) readResponse(results []application.ReadResult, err error) (*sinkv1.ReadResponse, error) {
 	if err != nil {
 		return nil, StatusError(err)
 	}
+	defer s.svc.ReleaseReadResults(results)
 	found, revBytes := 0, 0
 	for _, r := range results {
 		if r.Status == application.StatusFound {
@@ -101,6 +120,7 @@ func (s *Server) Write(ctx context.Context, req *sinkv1.WriteRequest) (*sinkv1.W
 	if err != nil {
 		return nil, StatusError(err)
 	}
+	defer s.svc.ReleaseWriteResults(results) // (the response copies what it keeps of them)
 	revBytes := 0
 	for _, r := range results {
 		revBytes += len(r.Revision)
@@ -144,23 +164,11 @@ func (s *Server) Delete(ctx context.Context, req *sinkv1.DeleteRequest) (*sinkv1
 	if err != nil {
 		return nil, StatusError(err)
 	}
-	var one [1]domain.Mutation // a single delete's, on the stack
-	muts := one[:]
-	if n := len(req.GetOperations()); n != 1 {
-		muts = make([]domain.Mutation, n)
-	}
-	for i, op := range req.GetOperations() {
-		muts[i] = domain.Mutation{
-			Kind:             domain.MutationDelete,
-			Address:          toAddress(op.GetAddress()),
-			ExpectedRevision: domain.Revision(op.GetExpectedRevision()),
-		}
-		withKey(&muts[i], op.GetIdempotencyKey())
-	}
-	results, err := s.svc.Delete(ctx, muts, completion)
+	results, err := s.delete(ctx, req.GetOperations(), completion)
 	if err != nil {
 		return nil, StatusError(err)
 	}
+	defer s.svc.ReleaseWriteResults(results) // (the response copies what it keeps of them)
 	out, rs := newDeleteResponse(len(results))
 	for i, r := range results {
 		res := &rs[i]
@@ -212,6 +220,69 @@ func (s *Server) write(ctx context.Context, ops []*sinkv1.WriteOperation, comple
 	}
 	var one [1]domain.Mutation // a single write's, on the stack
 	return s.svc.Write(ctx, writeMutations(one[:0], ops), completion)
+}
+
+// delete is write for Delete.
+func (s *Server) delete(ctx context.Context, ops []*sinkv1.DeleteOperation, completion application.Completion) ([]application.WriteResult, error) {
+	if len(ops) > 1 {
+		muts := deleteMutations(getMutations(), ops)
+		results, err := s.svc.Delete(ctx, muts, completion)
+		putMutations(muts) // the application copied them (Service.Delete keeps none)
+		return results, err
+	}
+	var one [1]domain.Mutation // a single delete's, on the stack
+	return s.svc.Delete(ctx, deleteMutations(one[:0], ops), completion)
+}
+
+// deleteMutations returns the mutations of a Delete request's operations,
+// in buf when it has room for them.
+func deleteMutations(buf []domain.Mutation, ops []*sinkv1.DeleteOperation) []domain.Mutation {
+	muts := buf[:0]
+	if cap(buf) < len(ops) {
+		muts = make([]domain.Mutation, 0, len(ops))
+	}
+	muts = muts[:len(ops)]
+	for i, op := range ops {
+		muts[i] = domain.Mutation{
+			Kind:             domain.MutationDelete,
+			Address:          toAddress(op.GetAddress()),
+			ExpectedRevision: domain.Revision(op.GetExpectedRevision()),
+		}
+		withKey(&muts[i], op.GetIdempotencyKey())
+	}
+	return muts
+}
+
+// addressBufs is mutationBufs for batch reads' addresses (a 500-read
+// batch's took 40 KB), under the same rules: slices of at most
+// maxPooledMutations, emptied (no request's keys or names kept alive).
+var addressBufs sync.Pool // *[]domain.Address
+
+// releasedAddresses, when set (tests), is called with each slice of
+// addresses putAddresses pools, after it was emptied.
+var releasedAddresses func([]domain.Address)
+
+// getAddresses returns an empty slice of addresses, with room from an
+// earlier batch when the pool has one.
+func getAddresses() []domain.Address {
+	if p, ok := addressBufs.Get().(*[]domain.Address); ok {
+		return *p
+	}
+	return nil
+}
+
+// putAddresses gives addrs (which nothing uses any more) to the pool.
+func putAddresses(addrs []domain.Address) {
+	if cap(addrs) > maxPooledMutations {
+		return
+	}
+	addrs = addrs[:cap(addrs)]
+	clear(addrs)
+	if releasedAddresses != nil {
+		releasedAddresses(addrs)
+	}
+	addrs = addrs[:0]
+	addressBufs.Put(&addrs)
 }
 
 // mutationBufs holds slices of mutations for batch writes (a

@@ -179,3 +179,74 @@ func TestBatchMutationSlicesArePooledEmptied(t *testing.T) {
 		}
 	}
 }
+
+// A batch read's address slice goes back to the pool emptied (it keeps no
+// request's names or keys), and only up to maxPooledMutations; responses
+// built before the addresses and the application's results were reused
+// keep their own documents, revisions and errors.
+func TestBatchReadAddressesArePooledEmptied(t *testing.T) {
+	var pooled [][]domain.Address
+	releasedAddresses = func(a []domain.Address) { pooled = append(pooled, a) }
+	t.Cleanup(func() { releasedAddresses = nil })
+	srv, _ := keyServer(t)
+	ctx := t.Context()
+	addr := func(k string) *sinkv1.RecordAddress {
+		return &sinkv1.RecordAddress{Namespace: "n", Dataset: "d", Key: &sinkv1.RecordKey{Kind: &sinkv1.RecordKey_String_{String_: k}}}
+	}
+	type kept struct {
+		resp *sinkv1.ReadResponse
+		want []string
+	}
+	var earlier []kept
+	for round, n := range []int{4, 2, 6} {
+		var ops []*sinkv1.WriteOperation
+		var reads []*sinkv1.ReadOperation
+		var want []string
+		for i := range n {
+			k := fmt.Sprint("a", i)
+			doc := fmt.Sprintf(`{"round":%d,"i":%d}`, round, i)
+			ops = append(ops, &sinkv1.WriteOperation{Kind: &sinkv1.WriteOperation_Put{Put: &sinkv1.PutOperation{Address: addr(k), Document: jsonDoc(doc)}}})
+			reads = append(reads, &sinkv1.ReadOperation{Address: addr(k)})
+			want = append(want, doc)
+		}
+		reads = append(reads, &sinkv1.ReadOperation{Address: &sinkv1.RecordAddress{Namespace: "n"}}) // invalid: an error
+		want = append(want, "")
+		if _, err := srv.Write(ctx, &sinkv1.WriteRequest{Operations: ops}); err != nil {
+			t.Fatal(err)
+		}
+		before := len(pooled)
+		r, err := srv.Read(ctx, &sinkv1.ReadRequest{Operations: reads})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pooled) != before+1 {
+			t.Fatalf("round %d: %d address slices pooled, want 1", round, len(pooled)-before)
+		}
+		for i, a := range pooled[len(pooled)-1] {
+			if a != (domain.Address{}) {
+				t.Fatalf("round %d: pooled address %d still holds %+v", round, i, a)
+			}
+		}
+		earlier = append(earlier, kept{r, want})
+		for e, k := range earlier {
+			for i, res := range k.resp.GetResults() {
+				if i == len(k.want)-1 {
+					if res.GetError() == nil || res.GetDocument() != nil {
+						t.Fatalf("round %d, response %d: the invalid read: %v", round, e, res)
+					}
+					continue
+				}
+				if string(res.GetDocument().GetData()) != k.want[i] || len(res.GetRevision()) == 0 || res.GetError() != nil {
+					t.Fatalf("round %d, response %d, read %d: %v, want %s", round, e, i, res, k.want[i])
+				}
+			}
+		}
+	}
+	big := make([]domain.Address, 1, maxPooledMutations+1)
+	big[0].Namespace = "kept"
+	before := len(pooled)
+	putAddresses(big)
+	if len(pooled) != before || big[0].Namespace != "kept" {
+		t.Fatal("a slice above maxPooledMutations was pooled: it must be left to the collector")
+	}
+}
