@@ -301,12 +301,15 @@ func (p *resultPool[R]) put(r []R) {
 	if cap(r) <= 1 || cap(r) > maxPooledOps {
 		return
 	}
-	r = r[:cap(r)]
-	clear(r)
+	// (A variable of its own, declared here: the pool takes its address,
+	// which moves it to the heap where it is declared; had it been r, every
+	// call would allocate, single operations' too.)
+	b := r[:cap(r)]
+	clear(b)
 	if p.released != nil {
-		p.released(r)
+		p.released(b)
 	}
-	p.p.Put(&r)
+	p.p.Put(&b)
 }
 
 // ReleaseReadResults gives back the results of a Read, which the caller

@@ -252,3 +252,23 @@ func TestReleasedResultsAreEmptiedAndBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestGivingResultsBackAllocatesNothingForOneOperation: the gRPC adapter
+// gives every request's results back, a single operation's too (which
+// are not pooled: they live in the request's own allocation), so giving
+// them back must not allocate; a batch's costs at most the pool's one
+// pointer.
+func TestGivingResultsBackAllocatesNothingForOneOperation(t *testing.T) {
+	var s Service
+	one := make([]WriteResult, 1)
+	oneRead := make([]ReadResult, 1)
+	if n := testing.AllocsPerRun(100, func() { s.ReleaseWriteResults(one) }); n != 0 {
+		t.Errorf("giving back a single write's results: %v allocations, want 0", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { s.ReleaseReadResults(oneRead) }); n != 0 {
+		t.Errorf("giving back a single read's results: %v allocations, want 0", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { s.ReleaseWriteResults(writeResults.get(8)) }); n > 1 {
+		t.Errorf("taking and giving back a batch's results: %v allocations, want at most 1", n)
+	}
+}
