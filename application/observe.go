@@ -56,10 +56,6 @@ type verdicts struct {
 	errs []*domain.Error
 }
 
-func newVerdicts(n int) verdicts {
-	return verdicts{datasets: make([]domain.DatasetRef, n), admitted: make([]bool, n)}
-}
-
 // outcomeSlice returns a slice of n outcomes to report.
 func (v verdicts) outcomeSlice(n int) []ports.OperationOutcome {
 	if len(v.outcomes) == n {

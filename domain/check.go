@@ -283,16 +283,12 @@ func scanJSONString(b []byte, i int) (int, int) {
 	return n, jsonEnds
 }
 
-// specialJSONStringByte reports whether any of the eight bytes of x may
+// specialJSONStringBits is not zero when any of the eight bytes of x may
 // need more than skipping in a JSON string: a control character (below
 // 0x20), '"', '\\', or a byte of a multi-byte UTF-8 sequence (0x80 and
 // above). It never misses one (it may report one that is not there, which
-// only sends the bytes the slow way).
-func specialJSONStringByte(x uint64) bool { return specialJSONStringBits(x) != 0 }
-
-// specialJSONStringBits is specialJSONStringByte's test as a mask: not
-// zero exactly when x has such a byte (the masks of several words may be
-// or-ed and tested once).
+// only sends the bytes the slow way). The masks of several words may be
+// or-ed and tested once.
 func specialJSONStringBits(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	// (y - ones*c) &^ y has the high bit of a byte of y below c set
