@@ -829,7 +829,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		ops, owners, members, fws = make([]ports.WriteOp, 0, len(folds)), make([]unit, 0, len(folds)), make([]*foldWrite, 0, len(folds)), make([]foldWrite, len(folds))
 	}
 	marks := newMarkAlloc(len(folds))
-	var rereads []int // folds to read again (see decideOvertaking)
+	var rereads []int // folds to read again (see decideOvertaking, and below: a hinted fold that writes nothing)
 	n, marked := 0, false
 	for _, u := range folds {
 		n += len(u)
@@ -885,6 +885,7 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 		ids := idBuf[len(idBuf):] // mark IDs of the applied merges
 		var pos domain.SourcePosition
 		var stopped map[*job]string // blockOnFailure jobs with a retryable failure in this fold
+		decided := false            // whether the record's mark found a mutation applied or passed
 		var here []item             // queued merges that failed for good in this fold (see overtakeGuard)
 		for n, it := range u {
 			if n < len(steps) { // run ahead (prefoldable: no mark, blocks nothing)
@@ -910,9 +911,11 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 			switch cov, e := r.Record.Mark.Check(id, it.pos()); cov {
 			case domain.Duplicate:
 				it.skip(e.Revision)
+				decided = true
 				continue
 			case domain.Superseded:
 				it.supersede()
+				decided = true
 				continue
 			}
 			var doc domain.Document
@@ -945,6 +948,18 @@ func (s *Service) prepareFolds(ctx context.Context, folds []unit, h *hintTable) 
 			if p := it.pos(); !p.IsZero() {
 				pos = p
 			}
+		}
+		if decided && len(f.applied) == 0 && h != nil && !slices.Contains(unread, k) {
+			// The fold started from a hint, whose mark found mutations
+			// already applied (or passed), and writes nothing: no write
+			// conditional on the hint's revision checks that the hint is
+			// still true, and another writer (another server) may have
+			// deleted or replaced the record since, its mark with it. A
+			// decision without a write comes from a read: read and fold
+			// again. (When the fold writes, its conditional write checks
+			// the hint, and a conflict folds it again from a read.)
+			rereads = append(rereads, k)
+			continue
 		}
 		if here != nil || guardedUnit(u) {
 			wpos := pos

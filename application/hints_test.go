@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -469,4 +470,61 @@ func (r *markRecorder) last() ports.WriteOp {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ops[len(r.ops)-1]
+}
+
+// deleteAfterWrite plays another writer (another server) that deletes
+// record k right after the next write reaches storage, before the service
+// learns the write's outcome: the hint the service leaves is stale from
+// the start.
+type deleteAfterWrite struct {
+	ports.Storage
+	mem   *memory.Store
+	armed atomic.Bool
+}
+
+func (d *deleteAfterWrite) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
+	out := d.Storage.Write(ctx, ops)
+	if d.armed.CompareAndSwap(true, false) {
+		d.mem.Write(ctx, []ports.WriteOp{{Kind: ports.WriteDelete, Address: stored("k")}})
+	}
+	return out
+}
+
+// A keyed merge retried while the service holds a hint whose mark has the
+// key: when the fold would write nothing (the retry is its only mutation),
+// the hint's word that it was applied is not taken, as nothing would check
+// it; the fold reads the record. Here another writer deleted it (and its
+// mark) after the first merge: the retry applies again, as after a read.
+func TestDuplicateFromAHintIsReadAgainWhenNothingIsWritten(t *testing.T) {
+	d := &deleteAfterWrite{}
+	h := newHinted(t, func(s ports.Storage) ports.Storage { d.Storage = s; return d })
+	d.mem = h.mem
+	merge := listMerge("k", "a")
+	merge.ID, merge.Keyed = "key-a", true
+	p := h.write(listPut("k", "p"), true)
+	a := h.write(merge, false)
+	h.next() // the put is written; the fold of a, from the put's hint, is at storage
+	d.armed.Store(true)
+	retry := h.write(merge, false) // queued behind it
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	h.st.proceed <- struct{}{} // a is written; the other writer deletes the record
+	select {
+	case <-h.st.entered: // the retry's write: let it through
+		h.st.proceed <- struct{}{}
+		<-done
+	case <-done: // nothing more was written
+	}
+	if p.Status != StatusApplied || a.Status != StatusApplied || a.Skipped {
+		t.Fatalf("put %+v, merge %+v: want both applied", p, a)
+	}
+	if retry.Status != StatusApplied || retry.Skipped {
+		t.Fatalf("retry %+v: want applied again (the record and its mark were deleted after the merge), not skipped on the hint's word", retry)
+	}
+	if got := h.list("k"); got != "a" {
+		t.Fatalf("record holds %q, want a (the retry applied to the deleted record)", got)
+	}
+	if st := h.count.Stats(); st.Reads != 1 {
+		t.Fatalf("storage calls %+v, want the retry's fold to read the record once", st)
+	}
 }
