@@ -129,7 +129,7 @@ func TestSingleResponsesTakeOneAllocation(t *testing.T) {
 }
 
 // A batch's mutation slice goes back to the pool emptied (it keeps no
-// request's addresses or documents), and only up to maxPooledMutations;
+// request's addresses or documents), and only up to maxPooledOps;
 // batches of different sizes and contents written one after the other,
 // each reusing the last one's slice, store exactly their own documents.
 func TestBatchMutationSlicesArePooledEmptied(t *testing.T) {
@@ -137,17 +137,17 @@ func TestBatchMutationSlicesArePooledEmptied(t *testing.T) {
 	for i := range muts {
 		muts[i] = domain.Mutation{Kind: domain.MutationPut, Address: domain.Address{Namespace: "n", Dataset: "d", Key: domain.StringKey("k")}, Document: domain.Document{Data: []byte(`{}`)}}
 	}
-	putMutations(muts)
+	mutationBufs.put(muts)
 	for i, m := range muts {
 		if m.Kind != 0 || m.Address.Namespace != "" || m.Document.Data != nil {
 			t.Fatalf("pooled mutation %d still holds %+v", i, m)
 		}
 	}
-	big := make([]domain.Mutation, 1, maxPooledMutations+1)
+	big := make([]domain.Mutation, 1, maxPooledOps+1)
 	big[0].Address.Namespace = "kept"
-	putMutations(big)
+	mutationBufs.put(big)
 	if big[0].Address.Namespace != "kept" {
-		t.Fatal("a slice above maxPooledMutations was emptied: it must be left to the collector, not pooled")
+		t.Fatal("a slice above maxPooledOps was emptied: it must be left to the collector, not pooled")
 	}
 
 	srv, _ := keyServer(t)
@@ -181,13 +181,13 @@ func TestBatchMutationSlicesArePooledEmptied(t *testing.T) {
 }
 
 // A batch read's address slice goes back to the pool emptied (it keeps no
-// request's names or keys), and only up to maxPooledMutations; responses
+// request's names or keys), and only up to maxPooledOps; responses
 // built before the addresses and the application's results were reused
 // keep their own documents, revisions and errors.
 func TestBatchReadAddressesArePooledEmptied(t *testing.T) {
 	var pooled [][]domain.Address
-	releasedAddresses = func(a []domain.Address) { pooled = append(pooled, a) }
-	t.Cleanup(func() { releasedAddresses = nil })
+	addressBufs.released = func(a []domain.Address) { pooled = append(pooled, a) }
+	t.Cleanup(func() { addressBufs.released = nil })
 	srv, _ := keyServer(t)
 	ctx := t.Context()
 	addr := func(k string) *sinkv1.RecordAddress {
@@ -242,11 +242,11 @@ func TestBatchReadAddressesArePooledEmptied(t *testing.T) {
 			}
 		}
 	}
-	big := make([]domain.Address, 1, maxPooledMutations+1)
+	big := make([]domain.Address, 1, maxPooledOps+1)
 	big[0].Namespace = "kept"
 	before := len(pooled)
-	putAddresses(big)
+	addressBufs.put(big)
 	if len(pooled) != before || big[0].Namespace != "kept" {
-		t.Fatal("a slice above maxPooledMutations was pooled: it must be left to the collector")
+		t.Fatal("a slice above maxPooledOps was pooled: it must be left to the collector")
 	}
 }
