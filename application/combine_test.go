@@ -95,6 +95,19 @@ func stored(k string) domain.Address {
 	return a
 }
 
+// oneShardService returns a service over st with natural batching on, in
+// one shard, and the list profile.
+func oneShardService(t *testing.T, st ports.Storage) *Service {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
+	s, err := NewService(cfg, st, []ports.MergeProfile{listProfile{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func listMerge(k, item string) domain.Mutation {
 	b, _ := json.Marshal(listDoc{A: item})
 	return domain.Mutation{Kind: domain.MutationMerge, Address: listAddr(k),
@@ -380,12 +393,7 @@ func (g *readGated) Read(ctx context.Context, addrs []domain.Address) []ports.Re
 // read, each caller getting its own results.
 func TestWaitingReadsBatch(t *testing.T) {
 	st := &readGated{Storage: memory.New(), entered: make(chan struct{}), open: make(chan struct{})}
-	cfg := DefaultConfig()
-	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
-	s, err := NewService(cfg, st, []ports.MergeProfile{listProfile{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := oneShardService(t, st)
 	for _, k := range []string{"a", "b"} {
 		if res, err := s.Write(context.Background(), []domain.Mutation{listPut(k, k)}, WaitUntilApplied); err != nil || res[0].Status != StatusApplied {
 			t.Fatalf("put %s: %v %+v", k, err, res)
@@ -507,12 +515,7 @@ func (s *ctxStorage) Write(ctx context.Context, ops []ports.WriteOp) []ports.Wri
 // caller's context ended (the leader's included), not when the first did.
 func TestBatchContextEndsWithItsLastCaller(t *testing.T) {
 	st := &ctxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}
-	cfg := DefaultConfig()
-	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
-	s, err := NewService(cfg, st, []ports.MergeProfile{listProfile{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := oneShardService(t, st)
 	queued := make(chan struct{})
 	s.writes[0].onQueued = func() { queued <- struct{}{} }
 	var wg sync.WaitGroup

@@ -155,12 +155,7 @@ type batchAt struct {
 func newBatchAt(t *testing.T) *batchAt {
 	t.Helper()
 	b := &batchAt{st: &ctxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}, queued: make(chan struct{})}
-	cfg := DefaultConfig()
-	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
-	s, err := NewService(cfg, b.st, []ports.MergeProfile{listProfile{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := oneShardService(t, b.st)
 	b.s = s
 	s.writes[0].onQueued = func() { b.queued <- struct{}{} }
 	b.wg.Add(1)

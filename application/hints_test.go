@@ -62,12 +62,7 @@ func newHinted(t *testing.T, wrap func(ports.Storage) ports.Storage) *hinted {
 	if wrap != nil {
 		st = wrap(st)
 	}
-	cfg := DefaultConfig()
-	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
-	s, err := NewService(cfg, st, []ports.MergeProfile{listProfile{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := oneShardService(t, st)
 	s.writes[0].onQueued = func() { h.queued <- struct{}{} }
 	h.s = s
 	return h

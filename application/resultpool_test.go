@@ -134,12 +134,7 @@ func TestLeftReadersReleasedResultsAreNotWrittenByItsBatch(t *testing.T) {
 	}
 	t.Cleanup(func() { readResults.released = nil })
 	st := &readCtxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}
-	cfg := DefaultConfig()
-	cfg.Batch = BatchPolicy{Enabled: true, MaxOps: 1000, Shards: 1}
-	s, err := NewService(cfg, st, []ports.MergeProfile{listProfile{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := oneShardService(t, st)
 	queued := make(chan struct{})
 	s.reads[0].onQueued = func() { queued <- struct{}{} }
 	var wg sync.WaitGroup
