@@ -13,6 +13,7 @@ package sinkprom
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -136,8 +137,8 @@ type Metrics struct {
 	// does not hash label values on every call: at most maxCachedSeries
 	// each (their labels are bounded classes and capped datasets; past
 	// the bound, calls resolve the labels each time).
-	rpcSeries, opSeries sync.Map
-	rpcCached, opCached atomic.Int64
+	rpcSeries seriesCache[rpcKey, rpcSeries]
+	opSeries  seriesCache[opKey, opSeries]
 }
 
 // maxCachedSeries bounds each cache of resolved series.
@@ -158,6 +159,16 @@ type opKey struct {
 	o ports.OperationOutcome // without its dataset
 }
 
+// opSeries is the counter of an opKey. own says that the key's dataset
+// labels are the names of a dataset that has labels of its own (one the
+// cap admitted, whose names are valid label values as they are): an
+// operation on the dataset of that name may use the series without
+// asking the cap (see Operations).
+type opSeries struct {
+	c   prometheus.Counter
+	own bool
+}
+
 // storageSeries are the storage metrics of one kind of storage call.
 type storageSeries struct {
 	dur, combined prometheus.Observer
@@ -173,18 +184,53 @@ func (m *Metrics) storage(call ports.StorageCall) storageSeries {
 	return storageSeries{dur: m.storageDuration.WithLabelValues(m.store, c), combined: m.combined.WithLabelValues(m.store, c), ops: m.storageOps.WithLabelValues(m.store, c)}
 }
 
-// cached returns the series of key from c, resolving and (within the
-// bound) storing it on first use.
-func cached[K comparable, V any](c *sync.Map, n *atomic.Int64, key K, resolve func() V) V {
-	if v, ok := c.Load(key); ok {
-		return v.(V)
+// seriesCache holds resolved series by key for the request path. A
+// lookup reads an immutable map, without a lock or a write to shared
+// memory (so it costs the same on any number of processors, and hashes
+// the key with its type's own function); adding a series, once per key
+// and at most maxCachedSeries of them, publishes a copy of the map with
+// it.
+type seriesCache[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex // held by writers
+}
+
+// load returns the series of key, if it is cached.
+func (c *seriesCache[K, V]) load(key K) (V, bool) {
+	if p := c.m.Load(); p != nil {
+		v, ok := (*p)[key]
+		return v, ok
+	}
+	var zero V
+	return zero, false
+}
+
+// get returns the series of key, resolving it and (within the bound)
+// caching it on a miss.
+func (c *seriesCache[K, V]) get(key K, resolve func() V) V {
+	if v, ok := c.load(key); ok {
+		return v
 	}
 	v := resolve()
-	if n.Load() < maxCachedSeries {
-		if _, loaded := c.LoadOrStore(key, v); !loaded {
-			n.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int
+	old := c.m.Load()
+	if old != nil {
+		if w, ok := (*old)[key]; ok {
+			return w
 		}
+		n = len(*old)
 	}
+	if n >= maxCachedSeries {
+		return v
+	}
+	next := make(map[K]V, n+1)
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	next[key] = v
+	c.m.Store(&next)
 	return v
 }
 
@@ -312,7 +358,7 @@ func (m *Metrics) Handler() http.Handler {
 // RPCObserver). The code label is the gRPC code name, e.g. "OK",
 // "InvalidArgument".
 func (m *Metrics) RPC(method string, code codes.Code, d time.Duration) {
-	r := cached(&m.rpcSeries, &m.rpcCached, rpcKey{method, code}, func() rpcSeries {
+	r := m.rpcSeries.get(rpcKey{method, code}, func() rpcSeries {
 		l := labelValue(method)
 		return rpcSeries{m.rpcs.WithLabelValues(l, code.String()), m.rpcDuration.WithLabelValues(l)}
 	})
@@ -391,24 +437,40 @@ func (m *Metrics) Operations(outcomes []ports.OperationOutcome) {
 	}
 	overflow := 0
 	for _, g := range groups {
-		o := g.o
-		d, ok := m.datasetLabels(o.Dataset)
-		if !ok {
+		c, own := m.opCounter(g.o)
+		if !own {
 			overflow += g.n
 		}
-		key := opKey{d, o}
-		key.o.Dataset = domain.DatasetRef{}
-		c := cached(&m.opSeries, &m.opCached, key, func() prometheus.Counter {
-			if o.Source == ports.SourceWorker {
-				return m.applied.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind.String(), o.Status.String(), o.CodeLabel())
-			}
-			return m.operations.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind.String(), o.Completion.String(), o.Status.String(), o.CodeLabel())
-		})
 		c.Add(float64(g.n))
 	}
 	if overflow > 0 {
 		m.overflow.Add(float64(overflow))
 	}
+}
+
+// opCounter returns the counter of an outcome and whether its dataset has
+// labels of its own (false: it is counted under Other). The outcome's
+// dataset names are valid, so they are usually their own labels: a series
+// cached under them that says so (opSeries.own) is the outcome's, and
+// the cap is asked only when there is none.
+func (m *Metrics) opCounter(o ports.OperationOutcome) (prometheus.Counter, bool) {
+	key := opKey{o.Dataset, o}
+	key.o.Dataset = domain.DatasetRef{}
+	if s, ok := m.opSeries.load(key); ok && s.own {
+		return s.c, true
+	}
+	d, ok := m.datasetLabels(o.Dataset)
+	key.d = d
+	s := m.opSeries.get(key, func() opSeries {
+		var c prometheus.Counter
+		if o.Source == ports.SourceWorker {
+			c = m.applied.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind.String(), o.Status.String(), o.CodeLabel())
+		} else {
+			c = m.operations.WithLabelValues(d.Store, d.Namespace, d.Dataset, o.Kind.String(), o.Completion.String(), o.Status.String(), o.CodeLabel())
+		}
+		return opSeries{c: c, own: ok && d == o.Dataset}
+	})
+	return s.c, ok
 }
 
 // datasetLabels returns the store, namespace and dataset labels of an

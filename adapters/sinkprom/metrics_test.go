@@ -3,6 +3,7 @@ package sinkprom
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,39 @@ func TestDatasetLabelsAreCapped(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.operations.WithLabelValues("primary", "a", "1", "read", "", "not_found", "")); got != 2 {
 		t.Fatalf("a/1 = %v, want 2 (an admitted dataset stays admitted)", got)
+	}
+	// Later operations find their series cached: an over-cap dataset is
+	// still counted under _other and as overflow, every time.
+	m.Operations([]ports.OperationOutcome{op("b", "1")})
+	m.Operations([]ports.OperationOutcome{op("b", "1"), op("a", "1")})
+	if got := testutil.ToFloat64(m.operations.WithLabelValues(Other, Other, Other, "read", "", "not_found", "")); got != 4 {
+		t.Fatalf("_other = %v, want 4", got)
+	}
+	if got := testutil.ToFloat64(m.overflow); got != 4 {
+		t.Fatalf("overflow = %v, want 4", got)
+	}
+}
+
+// A dataset whose names are those of the overflow labels shares their
+// series, and is counted as overflow only when the cap did not admit it.
+func TestDatasetNamedLikeTheOverflowLabels(t *testing.T) {
+	m := New(Options{Store: Other, MaxDatasets: 1})
+	other := ports.OperationOutcome{Dataset: domain.DatasetRef{Store: Other, Namespace: Other, Dataset: Other}, Kind: ports.OperationRead, Status: ports.StatusNotFound}
+	late := other
+	late.Dataset.Dataset = "late"
+	m.Operations([]ports.OperationOutcome{late}) // admitted: the cap is full
+	m.Operations([]ports.OperationOutcome{other, other})
+	if got := testutil.ToFloat64(m.overflow); got != 2 {
+		t.Fatalf("overflow = %v, want 2 (the _other dataset came after the cap was full)", got)
+	}
+	m = New(Options{Store: Other, MaxDatasets: 1})
+	m.Operations([]ports.OperationOutcome{other})
+	m.Operations([]ports.OperationOutcome{late, other, late})
+	if got := testutil.ToFloat64(m.overflow); got != 2 {
+		t.Fatalf("overflow = %v, want 2 (the _other dataset was admitted, late was not)", got)
+	}
+	if got := testutil.ToFloat64(m.operations.WithLabelValues(Other, Other, Other, "read", "", "not_found", "")); got != 4 {
+		t.Fatalf("_other = %v, want 4", got)
 	}
 }
 
@@ -242,13 +276,17 @@ func TestCachedSeriesCountLikeLabels(t *testing.T) {
 	if got := testutil.ToFloat64(m.rpcs.WithLabelValues("/sink.v1.Sink/Write", "OK")); got != 3 {
 		t.Fatalf("rpcs = %v, want 3", got)
 	}
-	m.rpcCached.Store(maxCachedSeries) // full: further series resolve their labels each time
+	full := make(map[rpcKey]rpcSeries, maxCachedSeries) // full: further series resolve their labels each time
+	for i := range maxCachedSeries {
+		full[rpcKey{method: strconv.Itoa(i)}] = rpcSeries{}
+	}
+	m.rpcSeries.m.Store(&full)
 	m.RPC("/sink.v1.Sink/Read", codes.OK, time.Millisecond)
 	m.RPC("/sink.v1.Sink/Read", codes.OK, time.Millisecond)
 	if got := testutil.ToFloat64(m.rpcs.WithLabelValues("/sink.v1.Sink/Read", "OK")); got != 2 {
 		t.Fatalf("rpcs past the cache bound = %v, want 2", got)
 	}
-	if _, ok := m.rpcSeries.Load(rpcKey{"/sink.v1.Sink/Read", codes.OK}); ok {
+	if _, ok := m.rpcSeries.load(rpcKey{"/sink.v1.Sink/Read", codes.OK}); ok {
 		t.Fatal("a series was cached past the bound")
 	}
 }
@@ -270,5 +308,17 @@ func BenchmarkOperations(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		m.Operations(outcomes)
+	}
+}
+
+// BenchmarkSingleOperation is what a single-record request reports: one
+// outcome and one RPC.
+func BenchmarkSingleOperation(b *testing.B) {
+	m := New(Options{Store: "primary"})
+	outcomes := []ports.OperationOutcome{{Dataset: ds("shop", "orders"), Kind: ports.OperationPut, Completion: ports.CompletionWaitUntilApplied, Status: ports.StatusApplied}}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Operations(outcomes)
+		m.RPC("/sink.v1.Sink/Write", codes.OK, time.Millisecond)
 	}
 }
