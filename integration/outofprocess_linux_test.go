@@ -85,20 +85,70 @@ type loadMeasure struct {
 	rate, cpuMicros, allocs, bytes, writes float64
 }
 
-// measureLoad sends n requests of c to srv from clients goroutines.
-func measureLoad(b *testing.B, srv pinnedServer, c singleOpCase, clients, n int) loadMeasure {
+// loadTotals are the totals of one or more measureLoad rounds of one
+// server: n requests of ops operations each.
+type loadTotals struct {
+	n, ops        int
+	elapsed, cpu  time.Duration
+	writes        int64
+	allocs, bytes float64
+}
+
+// measure returns the measure of the totals.
+func (t loadTotals) measure() loadMeasure {
+	n := float64(t.n)
+	return loadMeasure{
+		rate:      n * float64(t.ops) / t.elapsed.Seconds(), // operations
+		cpuMicros: float64(t.cpu.Microseconds()) / n,
+		writes:    float64(t.writes) / n,
+		allocs:    t.allocs / n,
+		bytes:     t.bytes / n,
+	}
+}
+
+// measureLoad sends n requests of c to srv from clients goroutines and
+// adds what it measured to t.
+func measureLoad(b *testing.B, t *loadTotals, srv pinnedServer, c singleOpCase, clients, n int) {
 	b.Helper()
 	cpu, writes := processCPU(b, srv.pid), processWrites(b, srv.pid)
 	allocs, bytes := heapAllocations(b, srv.httpAddr)
 	r := runLoad(b, clients, n, func(i int) (codes.Code, error) { return codes.OK, c.call(srv.client, i) })
 	allocsAfter, bytesAfter := heapAllocations(b, srv.httpAddr)
-	return loadMeasure{
-		writes:    float64(processWrites(b, srv.pid)-writes) / float64(n),
-		rate:      r.rate() * float64(c.ops),
-		cpuMicros: float64((processCPU(b, srv.pid) - cpu).Microseconds()) / float64(n),
-		allocs:    (allocsAfter - allocs) / float64(n),
-		bytes:     (bytesAfter - bytes) / float64(n),
+	t.n, t.ops = t.n+n, c.ops
+	t.elapsed += r.elapsed
+	t.cpu += processCPU(b, srv.pid) - cpu
+	t.writes += processWrites(b, srv.pid) - writes
+	t.allocs += allocsAfter - allocs
+	t.bytes += bytesAfter - bytes
+}
+
+// measureRounds is how many rounds measureAlternating splits each
+// server's requests into.
+const measureRounds = 8
+
+// measureAlternating sends n requests of c to each of servers, in
+// measureRounds rounds that take the servers in turn (the first server
+// first in each round), and returns what it measured of each. Alternating
+// within one run keeps the ratios of the servers' figures steady on a
+// machine whose speed drifts (a virtual machine's neighbours): measured
+// one after the other, a server's processor time per request moved by up
+// to a fifth between runs of the same build, and its ratio to the other's
+// with it.
+func measureAlternating(b *testing.B, c singleOpCase, clients, n int, servers ...pinnedServer) []loadMeasure {
+	b.Helper()
+	totals := make([]loadTotals, len(servers))
+	for r := range measureRounds {
+		// The rounds' sizes add up to n; each has room for every client.
+		m := max(n*(r+1)/measureRounds-n*r/measureRounds, clients)
+		for i, srv := range servers {
+			measureLoad(b, &totals[i], srv, c, clients, m)
+		}
 	}
+	out := make([]loadMeasure, len(servers))
+	for i, t := range totals {
+		out[i] = t.measure()
+	}
+	return out
 }
 
 // loadClients is how many clients send a case's requests at once: 16,
@@ -127,8 +177,8 @@ func loadClients(c singleOpCase) int {
 // of 500 operations in the batch cases), and its write system calls per
 // request from /proc (srv-writes/op, null-writes/op: how often it flushed
 // its connections, which grow when a response's frames go out in more
-// than one write). Sink is measured first in each run; -count alternates
-// the runs.
+// than one write). The two servers take turns in rounds within each run
+// (measureAlternating), Sink first; -count repeats the runs.
 func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 	sink, null := startPinnedServers(b)
 	for _, c := range loadCases() {
@@ -136,7 +186,8 @@ func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 			clients := loadClients(c)
 			warmUp(b, c, sink.client, null.client)
 			n := max(b.N, clients)
-			s, f := measureLoad(b, sink, c, clients, n), measureLoad(b, null, c, clients, n)
+			m := measureAlternating(b, c, clients, n, sink, null)
+			s, f := m[0], m[1]
 			b.ReportMetric(s.rate, "ops/s")
 			b.ReportMetric(f.rate, "null-ops/s")
 			b.ReportMetric(s.rate/f.rate, "vs-null")
@@ -173,8 +224,8 @@ func BenchmarkCodecOutOfProcess(b *testing.B) {
 			clients := loadClients(c)
 			warmUp(b, c, sink.client, sinkStock.client, null.client, nullStock.client)
 			n := max(b.N, clients)
-			s, ss := measureLoad(b, sink, c, clients, n), measureLoad(b, sinkStock, c, clients, n)
-			f, fs := measureLoad(b, null, c, clients, n), measureLoad(b, nullStock, c, clients, n)
+			m := measureAlternating(b, c, clients, n, sink, sinkStock, null, nullStock)
+			s, ss, f, fs := m[0], m[1], m[2], m[3]
 			b.ReportMetric(s.rate, "ops/s")
 			b.ReportMetric(ss.rate, "stock-ops/s")
 			b.ReportMetric(f.rate, "null-ops/s")
@@ -262,10 +313,18 @@ func heapAllocations(b testing.TB, httpAddr string) (objects, bytes float64) {
 }
 
 // processCPU returns the processor time (user and system, every thread)
-// the process pid has used, from /proc/<pid>/stat, in clock ticks of
-// 10 ms (Linux's USER_HZ).
+// the process pid has used: from its processor-time clock
+// (clock_getcpuclockid's, in nanoseconds), or else from /proc/<pid>/stat,
+// in clock ticks of 10 ms (Linux's USER_HZ), too coarse for the
+// interleaved rounds of measurePair.
 func processCPU(b testing.TB, pid int) time.Duration {
 	b.Helper()
+	var ts unix.Timespec
+	// The clock of a whole process: MAKE_PROCESS_CPUCLOCK(pid,
+	// CPUCLOCK_SCHED) in Linux's posix-timers.h.
+	if err := unix.ClockGettime(int32(^pid<<3|2), &ts); err == nil {
+		return time.Duration(ts.Nano())
+	}
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		b.Fatal(err)
