@@ -316,7 +316,7 @@ func heapAllocations(b testing.TB, httpAddr string) (objects, bytes float64) {
 // the process pid has used: from its processor-time clock
 // (clock_getcpuclockid's, in nanoseconds), or else from /proc/<pid>/stat,
 // in clock ticks of 10 ms (Linux's USER_HZ), too coarse for the
-// interleaved rounds of measurePair.
+// alternating rounds of measureAlternating.
 func processCPU(b testing.TB, pid int) time.Duration {
 	b.Helper()
 	var ts unix.Timespec

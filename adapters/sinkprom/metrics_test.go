@@ -85,7 +85,7 @@ func TestDatasetNamedLikeTheOverflowLabels(t *testing.T) {
 	other := ports.OperationOutcome{Dataset: domain.DatasetRef{Store: Other, Namespace: Other, Dataset: Other}, Kind: ports.OperationRead, Status: ports.StatusNotFound}
 	late := other
 	late.Dataset.Dataset = "late"
-	m.Operations([]ports.OperationOutcome{late}) // admitted: the cap is full
+	m.Operations([]ports.OperationOutcome{late}) // admitted, and the cap (1) is full
 	m.Operations([]ports.OperationOutcome{other, other})
 	if got := testutil.ToFloat64(m.overflow); got != 2 {
 		t.Fatalf("overflow = %v, want 2 (the _other dataset came after the cap was full)", got)
