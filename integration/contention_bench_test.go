@@ -392,10 +392,14 @@ func TestHotKeyMergesCountExactlyMongo(t *testing.T) {
 
 // singleOpCase is one single-operation case: call sends request i (on
 // one of 1000 records) to a server; a request carries ops operations.
+// prepare, when set, writes what the case reads (warmUp calls it first),
+// so that a read case reads found records whether or not the case that
+// writes them ran before it (-bench may select it alone).
 type singleOpCase struct {
-	name string
-	call func(c opClient, i int) error
-	ops  int
+	name    string
+	call    func(c opClient, i int) error
+	ops     int
+	prepare func(c opClient) error
 }
 
 // opClient is a client of a benchmarked server: its Sink API and its
@@ -415,6 +419,14 @@ const warmUpCalls = 2000
 // many operations, at least 20 calls, for batches).
 func warmUp(b *testing.B, c singleOpCase, servers ...opClient) {
 	b.Helper()
+	for _, srv := range servers {
+		if c.prepare == nil {
+			break
+		}
+		if err := c.prepare(srv); err != nil {
+			b.Fatalf("preparing %s: %v", c.name, err)
+		}
+	}
 	for i := range max(warmUpCalls/c.ops, 20) {
 		for _, srv := range servers {
 			if err := c.call(srv, i); err != nil {
@@ -432,17 +444,24 @@ func singleOpCases() []singleOpCase {
 		{"put", func(c opClient, i int) error {
 			_, err := writeCode(c, putOp(addr("bench", "single", fmt.Sprint(i%1000)), doc, 0, nil))
 			return err
-		}, 1},
+		}, 1, nil},
 		{"merge", func(c opClient, i int) error {
 			_, err := writeCode(c, mergeOp(addr("bench", "single-merge", fmt.Sprint(i%1000)), mergepatch.Name, fmt.Sprintf(`{"n":%d}`, i)))
 			return err
-		}, 1},
+		}, 1, nil},
 		{"read", func(c opClient, i int) error {
 			resp, err := c.Read(ctx, &sinkv1.ReadRequest{Operations: []*sinkv1.ReadOperation{{Address: addr("bench", "single", fmt.Sprint(i%1000))}}})
 			if err == nil && resp.GetResults()[0].GetError() != nil {
 				err = fmt.Errorf("read: %v", resp.GetResults()[0].GetError())
 			}
 			return err
-		}, 1},
+		}, 1, func(c opClient) error { // the put case's records
+			for i := range 1000 {
+				if _, err := writeCode(c, putOp(addr("bench", "single", fmt.Sprint(i)), doc, 0, nil)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
 	}
 }

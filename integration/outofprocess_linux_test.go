@@ -265,28 +265,31 @@ func loadCases() []singleOpCase {
 				err = fmt.Errorf("delete: %v", resp.GetResults()[0].GetError())
 			}
 			return err
-		}, 1},
+		}, 1, nil},
 		singleOpCase{"health", func(c opClient, _ int) error {
 			resp, err := c.health.Check(ctx, &healthpb.HealthCheckRequest{})
 			if err == nil && resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 				err = fmt.Errorf("health: %v", resp.GetStatus())
 			}
 			return err
-		}, 1},
+		}, 1, nil},
 		singleOpCase{"batch500-put", func(c opClient, _ int) error {
 			resp, err := c.Write(ctx, put)
 			if err == nil && resp.GetResults()[batch-1].GetStatus() != applied {
 				err = fmt.Errorf("batch put: %v", resp.GetResults()[batch-1])
 			}
 			return err
-		}, batch},
+		}, batch, nil},
 		singleOpCase{"batch500-read", func(c opClient, _ int) error {
 			resp, err := c.Read(ctx, get)
 			if err == nil && resp.GetResults()[batch-1].GetStatus() != found {
 				err = fmt.Errorf("batch read: %v", resp.GetResults()[batch-1])
 			}
 			return err
-		}, batch},
+		}, batch, func(c opClient) error { // the batch put's records
+			_, err := c.Write(ctx, put)
+			return err
+		}},
 	)
 }
 
