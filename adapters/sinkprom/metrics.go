@@ -189,7 +189,8 @@ func (m *Metrics) storage(call ports.StorageCall) storageSeries {
 // memory (so it costs the same on any number of processors, and hashes
 // the key with its type's own function); adding a series, once per key
 // and at most maxCachedSeries of them, publishes a copy of the map with
-// it.
+// it (so filling a cache copies about maxCachedSeries²/2 entries in all,
+// once per process; the series a process sees are a few hundred).
 type seriesCache[K comparable, V any] struct {
 	m  atomic.Pointer[map[K]V]
 	mu sync.Mutex // held by writers
