@@ -55,6 +55,9 @@ func startPinnedServers(b *testing.B, buildFlags ...string) (sink, null pinnedSe
 	b.Helper()
 	server := pinnedPrefix(b)
 	env := strings.Fields(os.Getenv("SINK_BENCH_ENV"))
+	if profileDir() != "" {
+		env = append(env, "SINK_PROFILING=true")
+	}
 	bin := os.Getenv("SINK_BENCH_BINARY")
 	if bin == "" || len(buildFlags) > 0 {
 		bin = buildBinaryWith(b, "./cmd/sink", "sink", buildFlags...)
@@ -179,6 +182,9 @@ func loadClients(c singleOpCase) int {
 // its connections, which grow when a response's frames go out in more
 // than one write). The two servers take turns in rounds within each run
 // (measureAlternating), Sink first; -count repeats the runs.
+// SINK_BENCH_PROFILE=DIR also profiles both servers under each case's
+// load, after measuring it, and splits their time into classes
+// (profileCase).
 func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 	sink, null := startPinnedServers(b)
 	for _, c := range loadCases() {
@@ -200,6 +206,9 @@ func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 			b.ReportMetric(f.bytes, "null-B/op")
 			b.ReportMetric(s.writes, "srv-writes/op")
 			b.ReportMetric(f.writes, "null-writes/op")
+			if dir := profileDir(); dir != "" && b.N > 1 { // (not on the probe run of one request)
+				profileCase(b, dir, c, clients, sink, null, s.cpuMicros, f.cpuMicros)
+			}
 		})
 	}
 }
