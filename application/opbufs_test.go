@@ -136,6 +136,58 @@ func TestReleasedBuffersAreEmptiedAndBounded(t *testing.T) {
 	}
 }
 
+// leftReaderRun runs, on the one-shard service s over st, a reader that
+// leaves the read batch carrying it: a first read holds storage while a
+// reader of leftKeys (with a 100 ms deadline) and then one of carriedKeys
+// queue behind it; the first returns, the batch of the two goes to
+// storage, and the first of the two returns at its deadline while the
+// batch is still there (onLeft, when not nil, gets its results in its
+// goroutine before that); then the batch returns. It returns the two
+// readers' results once every read has ended.
+func leftReaderRun(t *testing.T, s *Service, st *readCtxStorage, leftKeys, carriedKeys []string, onLeft func([]ReadResult)) (left, carried []ReadResult) {
+	t.Helper()
+	queued := make(chan struct{})
+	s.reads[0].onQueued = func() { queued <- struct{}{} }
+	defer func() { s.reads[0].onQueued = nil }()
+	var wg sync.WaitGroup
+	read := func(ctx context.Context, onDone func([]ReadResult), keys ...string) chan []ReadResult {
+		out := make(chan []ReadResult, 1)
+		addrs := make([]domain.Address, len(keys))
+		for i, k := range keys {
+			addrs[i] = listAddr(k)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := s.Read(ctx, addrs)
+			if onDone != nil {
+				onDone(r)
+			}
+			out <- r
+		}()
+		return out
+	}
+	read(context.Background(), nil, "first")
+	<-st.entered // the first read is at storage
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	leaving := read(ctx, onLeft, leftKeys...)
+	<-queued
+	staying := read(context.Background(), nil, carriedKeys...)
+	<-queued
+	st.proceed <- struct{}{} // the first read returns
+	<-st.entered             // the batch of the two queued readers is at storage
+	select {
+	case left = <-leaving:
+	case <-time.After(10 * time.Second): // a failure guard
+		t.Fatal("the reader waited for the batch past its deadline")
+	}
+	st.proceed <- struct{}{}
+	carried = <-staying
+	wg.Wait()
+	return left, carried
+}
+
 // readCtxStorage hands the context of each Read to the test and waits for
 // a token on proceed.
 type readCtxStorage struct {
@@ -159,47 +211,13 @@ func TestLeftReadersBuffersAreNotReleased(t *testing.T) {
 	t.Cleanup(func() { releasedReads = nil })
 	st := &readCtxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}
 	s := oneShardService(t, st)
-	queued := make(chan struct{})
-	s.reads[0].onQueued = func() { queued <- struct{}{} }
-	var wg sync.WaitGroup
-	read := func(ctx context.Context, keys ...string) chan []ReadResult {
-		out := make(chan []ReadResult, 1)
-		addrs := make([]domain.Address, len(keys))
-		for i, k := range keys {
-			addrs[i] = listAddr(k)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, _ := s.Read(ctx, addrs)
-			out <- r
-		}()
-		return out
-	}
-	read(context.Background(), "first")
-	<-st.entered // the first read is at storage
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	left := read(ctx, "a", "b")
-	<-queued
-	carried := read(context.Background(), "c")
-	<-queued
-	st.proceed <- struct{}{} // the first read returns
-	<-st.entered             // the batch of the two queued readers is at storage
-	var res []ReadResult
-	select {
-	case res = <-left:
-	case <-time.After(10 * time.Second): // a failure guard
-		t.Fatal("the batch's leader waited for the batch past its deadline")
-	}
+	res, carried := leftReaderRun(t, s, st, []string{"a", "b"}, []string{"c"}, nil)
 	if res[0].Err == nil {
 		t.Fatalf("reader past its deadline: %+v", res[0])
 	}
-	st.proceed <- struct{}{}
-	if r := <-carried; r[0].Status != StatusNotFound {
-		t.Fatalf("the carried reader: %+v", r[0])
+	if carried[0].Status != StatusNotFound {
+		t.Fatalf("the carried reader: %+v", carried[0])
 	}
-	wg.Wait()
 	if n := releases.Load(); n != 0 {
 		t.Fatalf("%d read buffers released; those of the reader that left must not be", n)
 	}

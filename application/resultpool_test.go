@@ -135,49 +135,15 @@ func TestLeftReadersReleasedResultsAreNotWrittenByItsBatch(t *testing.T) {
 	t.Cleanup(func() { readResults.released = nil })
 	st := &readCtxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}
 	s := oneShardService(t, st)
-	queued := make(chan struct{})
-	s.reads[0].onQueued = func() { queued <- struct{}{} }
-	var wg sync.WaitGroup
-	read := func(ctx context.Context, release bool, keys ...string) chan []ReadResult {
-		out := make(chan []ReadResult, 1)
-		addrs := make([]domain.Address, len(keys))
-		for i, k := range keys {
-			addrs[i] = listAddr(k)
+	_, carried := leftReaderRun(t, s, st, []string{"a", "b"}, []string{"c", "d"}, func(r []ReadResult) {
+		if r[0].Err == nil {
+			t.Errorf("reader past its deadline: %+v", r[0])
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, _ := s.Read(ctx, addrs)
-			if release {
-				if r[0].Err == nil {
-					t.Errorf("reader past its deadline: %+v", r[0])
-				}
-				s.ReleaseReadResults(r)
-			}
-			out <- r
-		}()
-		return out
+		s.ReleaseReadResults(r)
+	})
+	if carried[0].Status != StatusNotFound || carried[1].Status != StatusNotFound {
+		t.Fatalf("the carried reader: %+v", carried)
 	}
-	read(context.Background(), false, "first")
-	<-st.entered // the first read is at storage
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	left := read(ctx, true, "a", "b")
-	<-queued
-	carried := read(context.Background(), false, "c", "d")
-	<-queued
-	st.proceed <- struct{}{} // the first read returns
-	<-st.entered             // the batch of the two queued readers is at storage
-	select {
-	case <-left:
-	case <-time.After(10 * time.Second): // a failure guard
-		t.Fatal("the reader waited for the batch past its deadline")
-	}
-	st.proceed <- struct{}{}
-	if r := <-carried; r[0].Status != StatusNotFound || r[1].Status != StatusNotFound {
-		t.Fatalf("the carried reader: %+v", r)
-	}
-	wg.Wait()
 	if len(pooled) != 1 {
 		t.Fatalf("%d results slices pooled, want the leaving reader's", len(pooled))
 	}
