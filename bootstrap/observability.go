@@ -106,8 +106,9 @@ func ObservabilityModule() fx.Option {
 				func(m *sinkprom.Metrics) application.Observer { return m },
 				func(m *sinkprom.Metrics) ports.LagObserver { return m },
 				func(m *sinkprom.Metrics) ports.DeadLetterObserver { return m },
-				func(m *sinkprom.Metrics, log *slog.Logger) GRPCObservability {
-					return GRPCObservability{Options: []grpc.ServerOption{grpc.ChainUnaryInterceptor(sinkgrpc.UnaryInterceptor(m, log)),
+				func(cfg Config, m *sinkprom.Metrics, log *slog.Logger) GRPCObservability {
+					unary := sinkgrpc.UnaryInterceptor(m, log, sinkgrpc.WithRequestIDResponse(cfg.RequestIDResponse()))
+					return GRPCObservability{Options: []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary),
 						grpc.ChainStreamInterceptor(sinkgrpc.StreamInterceptor(m, log))}}
 				},
 				func(p healthMonitorParams) (*application.HealthMonitor, error) {

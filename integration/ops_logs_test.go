@@ -44,6 +44,34 @@ func (b *opsLogBuffer) lines(t *testing.T, keep func(map[string]any) bool) []map
 	return out
 }
 
+// SINK_REQUEST_ID_HEADER decides which unary responses carry the
+// x-request-id header: by default those that report a failure (a success
+// is logged nowhere, so its id would name nothing), with always every one.
+func TestOpsRequestIDHeaderSetting(t *testing.T) {
+	for _, setting := range []string{"", "always"} {
+		s := sinktest.Start(t, map[string]string{"SINK_REQUEST_ID_HEADER": setting})
+		var header metadata.MD
+		resp, err := s.Client.Write(ctx(t), &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{
+			putOp(addr("ns", "ds", "k"), `{"a":1}`, sinkv1.PutMode_PUT_MODE_UPSERT, nil)}}, grpc.Header(&header))
+		if err != nil {
+			t.Fatalf("%q: Write: %v", setting, err)
+		}
+		expectApplied(t, "k", resp.Results[0])
+		if got, want := len(header.Get("x-request-id")), map[string]int{"": 0, "always": 1}[setting]; got != want {
+			t.Fatalf("SINK_REQUEST_ID_HEADER=%q: a success came with %d x-request-id headers (%v), want %d", setting, got, header, want)
+		}
+		header = nil
+		resp, err = s.Client.Write(ctx(t), &sinkv1.WriteRequest{Operations: []*sinkv1.WriteOperation{
+			putOp(addr("ns", "ds", "k"), `{"a":1}`, sinkv1.PutMode_PUT_MODE_CREATE, nil)}}, grpc.Header(&header))
+		if err != nil || resp.Results[0].GetError() == nil {
+			t.Fatalf("%q: CREATE of an existing record: %v %v", setting, resp, err)
+		}
+		if got := header.Get("x-request-id"); len(got) != 1 || len(got[0]) != 32 {
+			t.Fatalf("SINK_REQUEST_ID_HEADER=%q: a failed operation came with x-request-id %q, want a generated id", setting, got)
+		}
+	}
+}
+
 // One log line per failed operation class of a request, carrying the
 // request id (the client's, echoed in the x-request-id response header),
 // the RPC, the dataset and the first message — and never a document or a

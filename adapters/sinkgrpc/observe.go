@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sink-io/sink/domain"
+	sinkv1 "github.com/sink-io/sink/proto/sink/v1"
 )
 
 // RequestIDHeader is the metadata key of the request id, read from the
@@ -34,11 +35,44 @@ type RPCObserver interface {
 	RPC(method string, code codes.Code, d time.Duration)
 }
 
+// RequestIDResponse says which responses of unary RPCs return the request
+// id in the x-request-id response header. Streams (Scan, the health
+// check's Watch) always return it: once per stream.
+type RequestIDResponse uint8
+
+const (
+	// RequestIDOnFailure returns it with the responses that report a
+	// failure: an error status, or a Read, Write or Delete result with an
+	// error. Those are the requests that Sink's logs name (a line per
+	// failure class, or the whole-request failure); a success is not
+	// logged, and its id would name nothing. It is the default: on a
+	// single-record call the header cost about a tenth of the server's
+	// processor time (docs/benchmarks.md). A client that wants to find
+	// its calls in the logs sends its own id, which the logs use.
+	RequestIDOnFailure RequestIDResponse = iota
+	// RequestIDAlways returns it with every response.
+	RequestIDAlways
+)
+
+// InterceptorOption configures UnaryInterceptor.
+type InterceptorOption func(*interceptorOptions)
+
+type interceptorOptions struct {
+	requestID RequestIDResponse
+}
+
+// WithRequestIDResponse sets which unary responses return the request id
+// (default RequestIDOnFailure).
+func WithRequestIDResponse(r RequestIDResponse) InterceptorOption {
+	return func(o *interceptorOptions) { o.requestID = r }
+}
+
 // UnaryInterceptor returns the interceptor that makes every unary RPC
 // observable. It must be the outermost interceptor. It
 //   - takes the request id from the x-request-id metadata, or generates one
 //     when there is none (or it is unusable), and returns it in the
-//     x-request-id response header;
+//     x-request-id response header when the response reports a failure
+//     (or always: see RequestIDResponse, WithRequestIDResponse);
 //   - puts the request id and the method into the context
 //     (domain.ContextWithRequest), where the application finds them for its
 //     logs;
@@ -53,18 +87,25 @@ type RPCObserver interface {
 //     document or a per-operation error, which the application logs
 //     without its message); they are logged valid UTF-8 and at most
 //     MaxLoggedMessageLength bytes long.
-func UnaryInterceptor(obs RPCObserver, log *slog.Logger) grpc.UnaryServerInterceptor {
+func UnaryInterceptor(obs RPCObserver, log *slog.Logger, opts ...InterceptorOption) grpc.UnaryServerInterceptor {
 	if log == nil {
 		log = slog.Default()
 	}
+	var o interceptorOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	always := o.requestID == RequestIDAlways
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		rc := newRPCContext(ctx, info.FullMethod)
 		id := rc.Info.ID
 		resp, err := handler(&rc.RequestContext, req)
-		// The header goes out with the response, also with an error status
-		// (see sendRequestIDHeader).
-		rc.sendRequestIDHeader(ctx)
+		// The header goes out with the response or the error status (see
+		// sendRequestIDHeader).
+		if always || err != nil || reportsFailure(resp) {
+			rc.sendRequestIDHeader(ctx)
+		}
 		ctx = &rc.RequestContext
 		code := status.Code(err)
 		if obs != nil {
@@ -104,6 +145,29 @@ func StreamInterceptor(obs RPCObserver, log *slog.Logger) grpc.StreamServerInter
 		}
 		return err
 	}
+}
+
+// reportsFailure reports whether resp, a unary RPC's response, has a
+// result with an error.
+func reportsFailure(resp any) bool {
+	switch r := resp.(type) {
+	case *sinkv1.WriteResponse:
+		return anyError(r.GetResults())
+	case *sinkv1.ReadResponse:
+		return anyError(r.GetResults())
+	case *sinkv1.DeleteResponse:
+		return anyError(r.GetResults())
+	}
+	return false
+}
+
+func anyError[R interface{ GetError() *sinkv1.OperationError }](results []R) bool {
+	for _, r := range results {
+		if r.GetError() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // logFailedRequest logs a whole-request failure (see UnaryInterceptor).

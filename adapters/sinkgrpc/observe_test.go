@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -51,7 +52,7 @@ func (o *fakeRPCObserver) RPC(method string, code codes.Code, d time.Duration) {
 	o.got = append(o.got, rpcRecord{method, code, d})
 }
 
-func call(t *testing.T, obs RPCObserver, log *slog.Logger, incoming metadata.MD, handler grpc.UnaryHandler) (*fakeStream, error) {
+func call(t *testing.T, obs RPCObserver, log *slog.Logger, incoming metadata.MD, handler grpc.UnaryHandler, opts ...InterceptorOption) (*fakeStream, error) {
 	t.Helper()
 	const method = "/sink.v1.Sink/Write"
 	stream := &fakeStream{method: method}
@@ -59,7 +60,7 @@ func call(t *testing.T, obs RPCObserver, log *slog.Logger, incoming metadata.MD,
 	if incoming != nil {
 		ctx = metadata.NewIncomingContext(ctx, incoming)
 	}
-	_, err := UnaryInterceptor(obs, log)(ctx, "req", &grpc.UnaryServerInfo{FullMethod: method}, handler)
+	_, err := UnaryInterceptor(obs, log, opts...)(ctx, "req", &grpc.UnaryServerInfo{FullMethod: method}, handler)
 	return stream, err
 }
 
@@ -69,7 +70,7 @@ func TestInterceptorPropagatesTheClientRequestID(t *testing.T) {
 	stream, err := call(t, obs, nil, metadata.Pairs(RequestIDHeader, "client-id-1"), func(ctx context.Context, _ any) (any, error) {
 		seen = domain.RequestFromContext(ctx)
 		return "ok", nil
-	})
+	}, WithRequestIDResponse(RequestIDAlways))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestInterceptorGeneratesMissingOrUnusableRequestIDs(t *testing.T) {
 		stream, err := call(t, nil, nil, in, func(ctx context.Context, _ any) (any, error) {
 			seen = domain.RequestFromContext(ctx).ID
 			return nil, nil
-		})
+		}, WithRequestIDResponse(RequestIDAlways))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,6 +104,46 @@ func TestInterceptorGeneratesMissingOrUnusableRequestIDs(t *testing.T) {
 	}
 	if len(ids) != 4 {
 		t.Fatalf("generated ids are not unique: %v", ids)
+	}
+}
+
+// By default (RequestIDOnFailure) the request id goes back only with a
+// response that reports a failure: an error status, or a result with an
+// error; RequestIDAlways sends it with every response.
+func TestRequestIDHeaderGoesBackWithFailures(t *testing.T) {
+	failed := &sinkv1.OperationError{Code: uint32(codes.InvalidArgument), Reason: "INVALID_ARGUMENT", Message: "bad"}
+	for _, c := range []struct {
+		name   string
+		resp   any
+		err    error
+		failed bool
+	}{
+		{"health check", &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil, false},
+		{"writes applied", &sinkv1.WriteResponse{Results: []*sinkv1.WriteResult{{Status: sinkv1.OperationStatus_OPERATION_STATUS_APPLIED}, {Status: sinkv1.OperationStatus_OPERATION_STATUS_APPLIED}}}, nil, false},
+		{"a record not found", &sinkv1.ReadResponse{Results: []*sinkv1.ReadResult{{Status: sinkv1.OperationStatus_OPERATION_STATUS_NOT_FOUND}}}, nil, false},
+		{"no results", &sinkv1.DeleteResponse{}, nil, false},
+		{"the last write failed", &sinkv1.WriteResponse{Results: []*sinkv1.WriteResult{{Status: sinkv1.OperationStatus_OPERATION_STATUS_APPLIED}, {Status: sinkv1.OperationStatus_OPERATION_STATUS_FAILED, Error: failed}}}, nil, true},
+		{"a read failed", &sinkv1.ReadResponse{Results: []*sinkv1.ReadResult{{Status: sinkv1.OperationStatus_OPERATION_STATUS_FAILED, Error: failed}}}, nil, true},
+		{"a delete failed", &sinkv1.DeleteResponse{Results: []*sinkv1.DeleteResult{{Status: sinkv1.OperationStatus_OPERATION_STATUS_FAILED, Error: failed}}}, nil, true},
+		{"an error status", nil, status.Error(codes.Unavailable, "storage is down"), true},
+	} {
+		for _, always := range []bool{false, true} {
+			var opts []InterceptorOption
+			if always {
+				opts = append(opts, WithRequestIDResponse(RequestIDAlways))
+			}
+			id := "rid-" + strings.ReplaceAll(c.name, " ", "-")
+			stream, err := call(t, nil, slog.New(slog.DiscardHandler), metadata.Pairs(RequestIDHeader, id), func(context.Context, any) (any, error) {
+				return c.resp, c.err
+			}, opts...)
+			if !errors.Is(err, c.err) {
+				t.Fatalf("%s: err = %v", c.name, err)
+			}
+			got := stream.header.Get(RequestIDHeader)
+			if want := always || c.failed; want != (len(got) == 1) || (want && got[0] != id) {
+				t.Errorf("%s, always %v: x-request-id header %q", c.name, always, got)
+			}
+		}
 	}
 }
 
@@ -219,12 +260,18 @@ func TestConcurrentRequestsGetTheirOwnRequestIDs(t *testing.T) {
 	}
 }
 
-// Over a real gRPC server the x-request-id header arrives once with a
-// response and with an error status, for Sink's methods and the health
-// check, and beside headers that an inner interceptor or the handler set
-// (the interceptor sends the header after the handler returned; see
-// sendRequestIDHeader).
+// Over a real gRPC server the x-request-id header arrives once with an
+// error status and, with RequestIDAlways, with a response, for Sink's
+// methods and the health check, and beside headers that an inner
+// interceptor or the handler set (the interceptor sends the header after
+// the handler returned; see sendRequestIDHeader).
 func TestRequestIDHeaderArrivesWithResponsesAndErrors(t *testing.T) {
+	for _, always := range []bool{false, true} {
+		t.Run(fmt.Sprintf("always=%v", always), func(t *testing.T) { testRequestIDHeaderArrives(t, always) })
+	}
+}
+
+func testRequestIDHeaderArrives(t *testing.T, always bool) {
 	setsHeader := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if info.FullMethod == healthpb.Health_Check_FullMethodName {
 			if err := grpc.SetHeader(ctx, metadata.Pairs("x-inner", "set")); err != nil {
@@ -233,7 +280,11 @@ func TestRequestIDHeaderArrivesWithResponsesAndErrors(t *testing.T) {
 		}
 		return handler(ctx, req)
 	}
-	ts := startServer(t, nil, nil, 10, grpc.ChainUnaryInterceptor(UnaryInterceptor(nil, slog.New(slog.DiscardHandler)), setsHeader))
+	var opts []InterceptorOption
+	if always {
+		opts = append(opts, WithRequestIDResponse(RequestIDAlways))
+	}
+	ts := startServer(t, nil, nil, 10, grpc.ChainUnaryInterceptor(UnaryInterceptor(nil, slog.New(slog.DiscardHandler), opts...), setsHeader))
 	conn := dial(t, ts.addr)
 	check := func(what string, header metadata.MD, want string) {
 		t.Helper()
@@ -252,7 +303,11 @@ func TestRequestIDHeaderArrivesWithResponsesAndErrors(t *testing.T) {
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health check: %v %v", resp, err)
 		}
-		check("health check", header, sent)
+		if always {
+			check("health check", header, sent)
+		} else if got := header.Get(RequestIDHeader); len(got) != 0 {
+			t.Fatalf("health check: x-request-id header %q on a success", got)
+		}
 		if got := header.Get("x-inner"); len(got) != 1 || got[0] != "set" {
 			t.Fatalf("the inner interceptor's header: %q", got)
 		}

@@ -172,6 +172,7 @@ func TestEveryProblemIsReportedAtOnce(t *testing.T) {
 		"SINK_MONGODB_HIDDEN_FIELD": "a.b",
 		"SINK_MONGODB_BULK_CHUNK":   "100001",
 		"SINK_MERGE_TIMEOUT":        "0s",
+		"SINK_REQUEST_ID_HEADER":    "sometimes",
 	})
 	if err == nil {
 		t.Fatal("invalid configuration accepted")
@@ -191,6 +192,7 @@ func TestEveryProblemIsReportedAtOnce(t *testing.T) {
 		"SINK_MONGODB_HIDDEN_FIELD",
 		"SINK_MONGODB_BULK_CHUNK must be at most 100000",
 		"SINK_MERGE_TIMEOUT must be positive",
+		`SINK_REQUEST_ID_HEADER must be failures or always, got "sometimes"`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing problem %q in:\n%s", want, err)
@@ -199,6 +201,18 @@ func TestEveryProblemIsReportedAtOnce(t *testing.T) {
 	for _, p := range ce.Problems {
 		if strings.Contains(p, "SINK_MAX_OPERATIONS must be positive") {
 			t.Errorf("an unparsable value must be reported once, not also as a range problem: %q", p)
+		}
+	}
+}
+
+func TestRequestIDHeaderSetting(t *testing.T) {
+	for env, want := range map[string]sinkgrpc.RequestIDResponse{"": sinkgrpc.RequestIDOnFailure, "failures": sinkgrpc.RequestIDOnFailure, "always": sinkgrpc.RequestIDAlways} {
+		c, err := Load(map[string]string{"SINK_REQUEST_ID_HEADER": env})
+		if err != nil {
+			t.Fatalf("SINK_REQUEST_ID_HEADER=%q: %v", env, err)
+		}
+		if got := c.RequestIDResponse(); got != want {
+			t.Errorf("SINK_REQUEST_ID_HEADER=%q: %v, want %v", env, got, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/sink-io/sink/adapters/sinkgrpc"
 	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/application"
 )
@@ -22,6 +23,7 @@ type ObservabilityConfig struct {
 	HealthInterval     time.Duration `env:"SINK_HEALTH_INTERVAL" desc:"How often the dependencies (storage, and Kafka where configured) are checked; readiness (gRPC health, /readyz) follows their answers."`
 	HealthTimeout      time.Duration `env:"SINK_HEALTH_TIMEOUT" desc:"How long one dependency check may take before the dependency counts as down."`
 	MetricsMaxDatasets int           `env:"SINK_METRICS_MAX_DATASETS" desc:"Distinct store/namespace/dataset label sets kept in metrics; operations on further datasets are counted under \"_other\" (clients choose these names, so this bounds the number of series)."`
+	RequestIDHeader    string        `env:"SINK_REQUEST_ID_HEADER" envDefault:"failures" desc:"Which responses of unary RPCs (Read, Write, Delete, Count, the health check) return the request id in the x-request-id response header: failures (an error status, or an operation that failed: the requests the logs name) or always. Streams (Scan, Watch) always return it. Every log line about a request has its id either way; a client that sends its own x-request-id finds its calls in the logs by it."`
 	Profiling          bool          `env:"SINK_PROFILING" envDefault:"false" desc:"Serve the Go runtime's profiles under /debug/pprof/ on the HTTP operations endpoint (CPU, heap, allocation and goroutine profiles for go tool pprof; execution traces for go tool trace). Off by default: they show the process's internals to whoever reaches the endpoint, and a CPU profile or trace costs processor time while it runs."`
 }
 
@@ -46,6 +48,15 @@ func (c Config) Metrics() sinkprom.Options {
 	return sinkprom.Options{Store: c.Store, MaxDatasets: c.Observability.MetricsMaxDatasets}
 }
 
+// RequestIDResponse returns which unary responses return the request id
+// (SINK_REQUEST_ID_HEADER).
+func (c Config) RequestIDResponse() sinkgrpc.RequestIDResponse {
+	if c.Observability.RequestIDHeader == "always" {
+		return sinkgrpc.RequestIDAlways
+	}
+	return sinkgrpc.RequestIDOnFailure
+}
+
 // validateObservability reports the problems of the observability
 // settings that only the environment has (the HTTP address, and profiles
 // without an endpoint to serve them); the ranges
@@ -58,6 +69,11 @@ func (c Config) validateObservability() error {
 		}
 	} else if c.Observability.Profiling {
 		errs = append(errs, fmt.Errorf("SINK_PROFILING=true needs the HTTP operations endpoint, which SINK_HTTP_ADDRESS=%s disables", HTTPDisabled))
+	}
+	switch c.Observability.RequestIDHeader {
+	case "failures", "always":
+	default:
+		errs = append(errs, fmt.Errorf("SINK_REQUEST_ID_HEADER must be failures or always, got %q", c.Observability.RequestIDHeader))
 	}
 	return errors.Join(errs...)
 }
