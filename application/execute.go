@@ -40,10 +40,10 @@ type job struct {
 	// (see overtakeGuard); it outlives execute, for the caller's later
 	// attempts with the same job.
 	guard *overtakeGuard
-	// wave and fold, when not nil, are buffers in the allocation of a job
-	// of one mutation (oneMutation) for the first wave of one unit and the
-	// first fold of one record that carry its mutation (see takeWave,
-	// takeFold): each is used once, then set to nil.
+	// wave and fold, when not nil, are the buffers of a request of one
+	// mutation (oneBufs) for the first wave of one unit and the first fold
+	// of one record that carry its mutation (see takeWave, takeFold): each
+	// is used once, then set to nil.
 	wave *waveBufs
 	fold *foldBufs
 

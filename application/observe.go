@@ -47,10 +47,9 @@ type verdicts struct {
 	// (the served store filled in); zero otherwise.
 	datasets []domain.DatasetRef
 	admitted []bool
-	// outcomes, when not nil, has room for the outcomes reported (a
-	// single operation's, allocated with its other per-request state, or
-	// a pooled one: see opBufs). Observers do not keep it
-	// (ports.OperationObserver).
+	// outcomes, when not nil, has room for the outcomes reported (pooled
+	// with the request's other per-operation state: see opBufs, oneBufs,
+	// readBufs). Observers do not keep it (ports.OperationObserver).
 	outcomes []ports.OperationOutcome
 	// errs, when not nil, has room for the errors to log (see outcomes).
 	errs []*domain.Error

@@ -14,18 +14,22 @@ import (
 	"github.com/sink-io/sink/ports"
 )
 
-// poisonReleased makes every opBufs released from now to the end of the
-// test poisoned: its mutations become puts of record "poisoned" and its
-// record IDs that record's, so that a batch that still used buffers
-// released under it would write that record instead of its own. It
-// returns the number of buffers released so far.
-func poisonReleased(t *testing.T) *atomic.Int64 {
+// releaseCounts counts the buffers released: several mutations'
+// (opBufs) and one mutation's (oneBufs).
+type releaseCounts struct{ several, one atomic.Int64 }
+
+// poisonReleased makes every opBufs and oneBufs released from now to the
+// end of the test poisoned: its mutations become puts of record
+// "poisoned" and its record IDs that record's, so that a batch that still
+// used buffers released under it would write that record instead of its
+// own. It counts the buffers released from now on.
+func poisonReleased(t *testing.T) *releaseCounts {
 	t.Helper()
-	var n atomic.Int64
+	var n releaseCounts
 	poison := listPut("poisoned", "poison")
 	poison.Address.Store = DefaultConfig().Store
 	released = func(b *opBufs) {
-		n.Add(1)
+		n.several.Add(1)
 		for i := range b.work[:cap(b.work)] {
 			b.work[i] = poison
 		}
@@ -33,7 +37,11 @@ func poisonReleased(t *testing.T) *atomic.Int64 {
 			b.ids[i] = poison.Address.ID()
 		}
 	}
-	t.Cleanup(func() { released = nil })
+	releasedOne = func(b *oneBufs) {
+		n.one.Add(1)
+		b.work[0] = poison
+	}
+	t.Cleanup(func() { released, releasedOne = nil, nil })
 	return &n
 }
 
@@ -89,7 +97,7 @@ func TestLeftCallersBuffersAreNotReleasedUnderItsBatch(t *testing.T) {
 	if r[1].Status != StatusNotFound {
 		t.Fatalf("the batch wrote from released buffers: %+v", r[1])
 	}
-	if n := releases.Load(); n != 0 {
+	if n := releases.several.Load(); n != 0 {
 		t.Fatalf("%d buffers released; the leader's that left must not be", n)
 	}
 	// A request that stays to the end releases its own.
@@ -97,8 +105,65 @@ func TestLeftCallersBuffersAreNotReleasedUnderItsBatch(t *testing.T) {
 	if _, err := b.s.Write(context.Background(), []domain.Mutation{listPut("a", "x"), listPut("b", "x")}, WaitUntilApplied); err != nil {
 		t.Fatal(err)
 	}
-	if n := releases.Load(); n != 1 {
+	if n := releases.several.Load(); n != 1 {
 		t.Fatalf("%d buffers released after a request that stayed, want 1", n)
+	}
+}
+
+// So does a request of one mutation carried in a batch: here its put is
+// the batch's second write of a record, which the batch makes after the
+// caller left (it builds the write from the caller's mutation then).
+func TestLeftSingleCallersBuffersAreNotReleased(t *testing.T) {
+	releases := poisonReleased(t)
+	b := newBatchAt(t) // its first write, of a single put, is at storage
+	lead := make(chan []WriteResult, 1)
+	go func() {
+		res, _ := b.s.Write(context.Background(), []domain.Mutation{listPut("rec", "lead")}, WaitUntilApplied)
+		lead <- res
+	}()
+	<-b.queued
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	left := make(chan []WriteResult, 1)
+	go func() {
+		res, _ := b.s.Write(ctx, []domain.Mutation{listPut("rec", "left")}, WaitUntilApplied)
+		left <- res
+	}()
+	<-b.queued
+	b.st.proceed <- struct{}{} // the first write returns
+	<-b.st.entered             // the batch's first wave: the leader's put
+	var res []WriteResult
+	select {
+	case res = <-left:
+	case <-time.After(10 * time.Second): // a failure guard
+		t.Fatal("the carried caller waited for its batch past its deadline")
+	}
+	if e := res[0].Err; e == nil || e.Code != domain.CodeOutcomeUnknown {
+		t.Fatalf("carried caller past its deadline: %+v", res[0])
+	}
+	if n := releases.one.Load(); n != 1 {
+		t.Fatalf("%d buffers released before the batch went on, want the first write's (1)", n)
+	}
+	b.st.proceed <- struct{}{} // the first wave returns
+	<-b.st.entered             // the second: the put of the caller that left
+	b.st.proceed <- struct{}{}
+	if r := <-lead; r[0].Status != StatusApplied {
+		t.Fatalf("the leader: %+v", r[0])
+	}
+	b.wg.Wait()
+	r, err := b.s.Read(context.Background(), []domain.Address{listAddr("rec"), listAddr("poisoned")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d listDoc
+	if r[0].Status != StatusFound || json.Unmarshal(r[0].Record.Document.Data, &d) != nil || !slices.Equal(d.L, []string{"left"}) {
+		t.Fatalf("record after its batch: %+v (%s), want the put of the caller that left", r[0], r[0].Record.Document.Data)
+	}
+	if r[1].Status != StatusNotFound {
+		t.Fatalf("the batch wrote from released buffers: %+v", r[1])
+	}
+	if n := releases.one.Load(); n != 2 {
+		t.Fatalf("%d buffers released, want the first write's and the leader's (2), not those of the caller that left", n)
 	}
 }
 
@@ -227,5 +292,25 @@ func TestLeftReadersBuffersAreNotReleased(t *testing.T) {
 	}
 	if n := releases.Load(); n != 1 {
 		t.Fatalf("%d read buffers released after a Read that stayed, want 1", n)
+	}
+}
+
+// So does a Read of one address, whose job is in its pooled buffers: the
+// batch still writes the job's results after the reader left.
+func TestLeftSingleReadersBuffersAreNotReleased(t *testing.T) {
+	var releases atomic.Int64
+	releasedOneRead = func(*oneReadBufs) { releases.Add(1) }
+	t.Cleanup(func() { releasedOneRead = nil })
+	st := &readCtxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}
+	s := oneShardService(t, st)
+	res, carried := leftReaderRun(t, s, st, []string{"a"}, []string{"c"}, nil)
+	if res[0].Err == nil {
+		t.Fatalf("reader past its deadline: %+v", res[0])
+	}
+	if carried[0].Status != StatusNotFound {
+		t.Fatalf("the carried reader: %+v", carried[0])
+	}
+	if n := releases.Load(); n != 2 {
+		t.Fatalf("%d read buffers released, want the first reader's and the carried one's (2), not those of the reader that left", n)
 	}
 }

@@ -190,18 +190,17 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	if err := s.checkDeadline(ctx); err != nil {
 		return nil, err
 	}
-	results, v, valid, pos, j, bufs := readSlices(len(addrs))
-	// bufs (a request of several reads) goes back to its pool once this
-	// call is done with it, unless the caller left the batch carrying
-	// its reads, which may still read valid (see readBufs).
+	results, v, valid, pos, j, bufs, one := readSlices(len(addrs))
+	// The buffers go back to their pool once this call is done with them,
+	// unless the caller left the batch carrying its reads, which may still
+	// read valid and write the job (see readBufs).
 	left := false
-	if bufs != nil {
-		defer func() {
-			if !left {
-				bufs.release()
-			}
-		}()
-	}
+	defer func() {
+		if !left {
+			bufs.release()
+			one.release()
+		}
+	}()
 	cost := 0
 	for i := range addrs {
 		a := addrs[i]
@@ -246,32 +245,21 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	return results, nil
 }
 
-// oneRead holds Read's per-operation slices and its job for a request of
-// one read in one allocation instead of seven.
-type oneRead struct {
-	results  [1]ReadResult
-	datasets [1]domain.DatasetRef
-	admitted [1]bool
-	outcomes [1]ports.OperationOutcome
-	valid    [1]domain.Address
-	pos      [1]int
-	job      readJob
-}
-
 // readSlices returns Read's per-operation slices for n reads: results,
 // the verdicts, the valid addresses and their positions (both empty, with
 // room for n), the job to read them with (nil: readStorage allocates it),
-// and, for several reads, the pooled buffers that hold all of them but the
-// results (see readBufs), for the caller to release. Several reads'
-// results come from a pool too (see resultPool), for Read's caller to give
-// back.
-func readSlices(n int) ([]ReadResult, verdicts, []domain.Address, []int, *readJob, *readBufs) {
+// and the pooled buffers that hold all of them but the results, for the
+// caller to release: readBufs for several reads, oneReadBufs (with the
+// job) for one. Several reads' results come from a pool too (see
+// resultPool), for Read's caller to give back; one read's is an
+// allocation of its own.
+func readSlices(n int) ([]ReadResult, verdicts, []domain.Address, []int, *readJob, *readBufs, *oneReadBufs) {
 	if n == 1 {
-		one := new(oneRead)
-		return one.results[:], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, one.valid[:0], one.pos[:0], &one.job, nil
+		b := getOneReadBufs()
+		return new([1]ReadResult)[:], verdicts{datasets: b.datasets[:], admitted: b.admitted[:], outcomes: b.outcomes[:], errs: b.errs[:]}, b.valid[:0], b.pos[:0], &b.job, nil, b
 	}
 	b := getReadBufs(n)
-	return readResults.get(n), verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, b.valid, b.pos, nil, b
+	return readResults.get(n), verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, b.valid, b.pos, nil, b, nil
 }
 
 // admit asks the admission port (when there is one) whether the valid,
@@ -337,22 +325,21 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 		return nil, domain.Errorf(domain.CodeInvalidArgument, "unknown completion mode %d", completion)
 	}
 
-	results, work, valid, v, j, bufs := mutateSlices(muts)
+	results, work, valid, v, j, bufs, one := mutateSlices(muts)
 	copy(work, muts)
-	// bufs (a request of several mutations) goes back to its pool once
-	// this call is done with it (after observeMutations, deferred below)
-	// unless the caller left the batch carrying its job, which may still
-	// use it: then it is left to the collector (see opBufs).
+	// The buffers go back to their pool once this call is done with them
+	// (after observeMutations, deferred below) unless the caller left the
+	// batch carrying its job, which may still use them: then they are left
+	// to the collector (see opBufs).
 	left := false
-	if bufs != nil {
-		defer func() {
-			if !left {
-				bufs.release()
-			}
-		}()
-	}
+	defer func() {
+		if !left {
+			bufs.release()
+			one.release()
+		}
+	}()
 	cost := 0
-	now := s.now()
+	var now time.Time // (a clock read, for queued mutations only)
 	// keyed: the first operation of each (record, idempotency key);
 	// repeated: such a first operation -> the first that repeated it.
 	var keyed map[keyedRecord]int
@@ -405,6 +392,9 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 				m.ID = NewMutationID()
 			}
 			if m.SubmittedAt.IsZero() {
+				if now.IsZero() {
+					now = s.now()
+				}
 				m.SubmittedAt = now
 			}
 			s.stampFingerprint(m)
@@ -454,55 +444,40 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	return results, nil
 }
 
-// oneMutation holds mutate's per-operation slices and its job for a
-// request of one operation (the single-record form, which most requests
-// are) in one allocation instead of nine, with the buffers of the first
-// wave that applies it (job.wave).
+// oneMutation is the allocation of a request of one operation (the
+// single-record form, which most requests are): its result, which goes
+// back to the caller, and its job, which is never reused (a prefold may
+// keep a pointer to it, see takePrefold). The rest of its per-operation
+// state comes from a pool (oneBufs).
 type oneMutation struct {
-	results  [1]WriteResult
-	work     [1]domain.Mutation
-	valid    [1]int
-	datasets [1]domain.DatasetRef
-	admitted [1]bool
-	outcomes [1]ports.OperationOutcome
-	job      job
-	wave     waveBufs
-}
-
-// oneMerge is oneMutation for a merge, with the buffers of the first fold
-// that carries it (job.fold) too: one allocation instead of three (1,792
-// bytes instead of 896, 320 and 640).
-type oneMerge struct {
-	oneMutation
-	fold foldBufs
+	results [1]WriteResult
+	job     job
 }
 
 // mutateSlices returns mutate's per-operation slices for muts: results,
 // the working copy of the mutations, the valid indexes (empty, with room
 // for all) and the verdicts, the job to execute them with (nil: execute
-// allocates it), and, for several mutations, the pooled buffers that hold
-// all of them but the results (see opBufs), for the caller to release.
-// Several mutations' results come from a pool too (see resultPool), for
-// mutate's caller to give back.
-func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []int, verdicts, *job, *opBufs) {
+// allocates it), and the pooled buffers that hold all of them but the
+// results and the job, for the caller to release: opBufs for several
+// mutations, oneBufs (with the buffers of the first wave and fold that
+// carry it) for one. Several mutations' results come from a pool too (see
+// resultPool), for mutate's caller to give back.
+func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []int, verdicts, *job, *opBufs, *oneBufs) {
 	n := len(muts)
 	if n == 1 {
-		var one *oneMutation
+		b := getOneBufs()
+		one := new(oneMutation)
+		one.job.wave = &b.wave
 		if muts[0].Kind == domain.MutationMerge {
-			m := new(oneMerge)
-			one = &m.oneMutation
-			one.job.fold = &m.fold
-		} else {
-			one = new(oneMutation)
+			one.job.fold = &b.fold
 		}
-		one.job.wave = &one.wave
-		return one.results[:], one.work[:], one.valid[:0], verdicts{datasets: one.datasets[:], admitted: one.admitted[:], outcomes: one.outcomes[:]}, &one.job, nil
+		return one.results[:], b.work[:], b.valid[:0], verdicts{datasets: b.datasets[:], admitted: b.admitted[:], outcomes: b.outcomes[:], errs: b.errs[:]}, &one.job, nil, b
 	}
 	b := getOpBufs(n)
 	// The job itself is not pooled: a prefold (see takePrefold) may hold
 	// a pointer to it, which must never name another request's job.
 	j := &job{ids: b.ids}
-	return writeResults.get(n), b.work, b.valid, verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, j, b
+	return writeResults.get(n), b.work, b.valid, verdicts{datasets: b.datasets, admitted: b.admitted, outcomes: b.outcomes, errs: b.errs}, j, b, nil
 }
 
 // keyedRecord is an idempotency key on one record (a key's scope).
