@@ -35,7 +35,7 @@ func TestSingleOperationBuffersArePooled(t *testing.T) {
 			if f != nil {
 				t.Fatalf("%s: fold buffers for an operation that folds nothing", kind)
 			}
-			one.release()
+			oneBufPool.put(one)
 			continue
 		}
 		if f != &one.fold {
@@ -44,7 +44,7 @@ func TestSingleOperationBuffersArePooled(t *testing.T) {
 		if again := j.takeFold(); again != nil {
 			t.Fatal("merge: the fold buffers were handed out twice")
 		}
-		one.release()
+		oneBufPool.put(one)
 	}
 	// Several operations: pooled buffers, and a job that uses their IDs
 	// and carries no single operation's buffers.

@@ -106,29 +106,35 @@ type oneBufs struct {
 	fold     foldBufs
 }
 
-var oneBufPool sync.Pool // *oneBufs
+var oneBufPool onePool[oneBufs]
 
-// releasedOne is released for oneBufs (tests).
-var releasedOne func(*oneBufs)
-
-func getOneBufs() *oneBufs {
-	if b, ok := oneBufPool.Get().(*oneBufs); ok {
-		return b
-	}
-	return new(oneBufs)
+// onePool is a pool of a request of one operation's buffers (oneBufs,
+// oneReadBufs).
+type onePool[T any] struct {
+	p sync.Pool
+	// released, when set (tests), is called with the buffers put gives
+	// back to the pool, after they were emptied.
+	released func(*T)
 }
 
-// release empties b and pools it (see opBufs.release). A nil b is no
-// buffers.
-func (b *oneBufs) release() {
+func (p *onePool[T]) get() *T {
+	if b, ok := p.p.Get().(*T); ok {
+		return b
+	}
+	return new(T)
+}
+
+// put empties b and pools it; see opBufs for when. A nil b is no buffers.
+func (p *onePool[T]) put(b *T) {
 	if b == nil {
 		return
 	}
-	*b = oneBufs{}
-	if releasedOne != nil {
-		releasedOne(b)
+	var zero T
+	*b = zero
+	if p.released != nil {
+		p.released(b)
 	}
-	oneBufPool.Put(b)
+	p.p.Put(b)
 }
 
 // The scratch buffers below live within one call (recordIDs, applyWaves,
@@ -308,29 +314,7 @@ type oneReadBufs struct {
 	job      readJob
 }
 
-var oneReadBufPool sync.Pool // *oneReadBufs
-
-// releasedOneRead is released for oneReadBufs (tests).
-var releasedOneRead func(*oneReadBufs)
-
-func getOneReadBufs() *oneReadBufs {
-	if b, ok := oneReadBufPool.Get().(*oneReadBufs); ok {
-		return b
-	}
-	return new(oneReadBufs)
-}
-
-// release empties b and pools it. A nil b is no buffers.
-func (b *oneReadBufs) release() {
-	if b == nil {
-		return
-	}
-	*b = oneReadBufs{}
-	if releasedOneRead != nil {
-		releasedOneRead(b)
-	}
-	oneReadBufPool.Put(b)
-}
+var oneReadBufPool onePool[oneReadBufs]
 
 // The results of a request of several operations ([]ReadResult of Read,
 // []WriteResult of Write and Delete) go back to the caller, which may give

@@ -37,11 +37,11 @@ func poisonReleased(t *testing.T) *releaseCounts {
 			b.ids[i] = poison.Address.ID()
 		}
 	}
-	releasedOne = func(b *oneBufs) {
+	oneBufPool.released = func(b *oneBufs) {
 		n.one.Add(1)
 		b.work[0] = poison
 	}
-	t.Cleanup(func() { released, releasedOne = nil, nil })
+	t.Cleanup(func() { released, oneBufPool.released = nil, nil })
 	return &n
 }
 
@@ -299,8 +299,8 @@ func TestLeftReadersBuffersAreNotReleased(t *testing.T) {
 // batch still writes the job's results after the reader left.
 func TestLeftSingleReadersBuffersAreNotReleased(t *testing.T) {
 	var releases atomic.Int64
-	releasedOneRead = func(*oneReadBufs) { releases.Add(1) }
-	t.Cleanup(func() { releasedOneRead = nil })
+	oneReadBufPool.released = func(*oneReadBufs) { releases.Add(1) }
+	t.Cleanup(func() { oneReadBufPool.released = nil })
 	st := &readCtxStorage{Storage: memory.New(), entered: make(chan context.Context), proceed: make(chan struct{})}
 	s := oneShardService(t, st)
 	res, carried := leftReaderRun(t, s, st, []string{"a"}, []string{"c"}, nil)

@@ -198,7 +198,7 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 	defer func() {
 		if !left {
 			bufs.release()
-			one.release()
+			oneReadBufPool.put(one)
 		}
 	}()
 	cost := 0
@@ -255,7 +255,7 @@ func (s *Service) Read(ctx context.Context, addrs []domain.Address) ([]ReadResul
 // allocation of its own.
 func readSlices(n int) ([]ReadResult, verdicts, []domain.Address, []int, *readJob, *readBufs, *oneReadBufs) {
 	if n == 1 {
-		b := getOneReadBufs()
+		b := oneReadBufPool.get()
 		return new([1]ReadResult)[:], verdicts{datasets: b.datasets[:], admitted: b.admitted[:], outcomes: b.outcomes[:], errs: b.errs[:]}, b.valid[:0], b.pos[:0], &b.job, nil, b
 	}
 	b := getReadBufs(n)
@@ -335,7 +335,7 @@ func (s *Service) mutate(ctx context.Context, muts []domain.Mutation, completion
 	defer func() {
 		if !left {
 			bufs.release()
-			one.release()
+			oneBufPool.put(one)
 		}
 	}()
 	cost := 0
@@ -465,7 +465,7 @@ type oneMutation struct {
 func mutateSlices(muts []domain.Mutation) ([]WriteResult, []domain.Mutation, []int, verdicts, *job, *opBufs, *oneBufs) {
 	n := len(muts)
 	if n == 1 {
-		b := getOneBufs()
+		b := oneBufPool.get()
 		one := new(oneMutation)
 		one.job.wave = &b.wave
 		if muts[0].Kind == domain.MutationMerge {
