@@ -44,8 +44,9 @@ const (
 	// RequestIDOnFailure returns it with the responses that report a
 	// failure: an error status, or a Read, Write or Delete result with an
 	// error. Those are the requests that Sink's logs name (a line per
-	// failure class, or the whole-request failure); a success is not
-	// logged, and its id would name nothing. It is the default: on a
+	// failure class, or the whole-request failure); a success is logged
+	// at most at debug level (an operation found already applied), and
+	// its id would name nothing at info level. It is the default: on a
 	// single-record call the header cost about a tenth of the server's
 	// processor time (docs/benchmarks.md). A client that wants to find
 	// its calls in the logs sends its own id, which the logs use.
