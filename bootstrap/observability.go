@@ -107,8 +107,7 @@ func ObservabilityModule() fx.Option {
 				func(m *sinkprom.Metrics) ports.LagObserver { return m },
 				func(m *sinkprom.Metrics) ports.DeadLetterObserver { return m },
 				func(cfg Config, m *sinkprom.Metrics, log *slog.Logger) GRPCObservability {
-					unary := sinkgrpc.UnaryInterceptor(m, log, sinkgrpc.WithRequestIDResponse(cfg.RequestIDResponse()))
-					return GRPCObservability{Options: []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary),
+					return GRPCObservability{Options: []grpc.ServerOption{grpc.ChainUnaryInterceptor(sinkgrpc.UnaryInterceptor(m, log, sinkgrpc.WithRequestIDResponse(cfg.RequestIDResponse()))),
 						grpc.ChainStreamInterceptor(sinkgrpc.StreamInterceptor(m, log))}}
 				},
 				func(p healthMonitorParams) (*application.HealthMonitor, error) {
