@@ -29,6 +29,9 @@ const (
 // FormatOf returns the format of the documents of contentType (an invalid
 // content type is opaque: MediaType reports it).
 func FormatOf(contentType string) DocumentFormat {
+	if contentType == ContentTypeJSON {
+		return FormatJSON // (nearly every document's: not even a scan of the bytes)
+	}
 	mt, err := MediaType(contentType)
 	switch {
 	case err != nil:
@@ -227,21 +230,15 @@ func scanJSON(b []byte, maxDepth int) (int, int) {
 // or the problem and its offset.
 func scanJSONString(b []byte, i int) (int, int) {
 	n := len(b)
-	// Plain bytes (printable ASCII other than '"' and '\\') eight at a
-	// time, and after a plain word 32 at a time (four words tested
-	// together: their masks' union has a high bit set when any of them has
-	// a special byte), up to the first word with anything else; from there
-	// byte by byte (a word check per byte would slow down short strings).
-	for i++; i+8 <= n && specialJSONStringBits(binary.LittleEndian.Uint64(b[i:])) == 0; {
-		for i += 8; i+32 <= n; i += 32 {
-			w := b[i : i+32 : i+32]
-			if specialJSONStringBits(binary.LittleEndian.Uint64(w))|
-				specialJSONStringBits(binary.LittleEndian.Uint64(w[8:]))|
-				specialJSONStringBits(binary.LittleEndian.Uint64(w[16:]))|
-				specialJSONStringBits(binary.LittleEndian.Uint64(w[24:])) != 0 {
-				break
-			}
-		}
+	// Plain bytes (printable ASCII other than '"' and '\\') in bulk
+	// (plainPrefix) once the string's first word of eight is plain: a
+	// shorter string, such as most member names, ends in its first word,
+	// and goes byte by byte without a call. From the first byte that may
+	// need more than skipping, byte by byte.
+	i++
+	if i+8 <= n && specialJSONStringBits(binary.LittleEndian.Uint64(b[i:])) == 0 {
+		i += 8
+		i += plainPrefix(b[i:])
 	}
 	for i < n {
 		c := b[i]

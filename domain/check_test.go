@@ -124,6 +124,44 @@ func TestCheckJSONLongStrings(t *testing.T) {
 	}
 }
 
+// TestPlainPrefix holds the bulk skip of string bytes to its contract:
+// every byte value at every offset of runs of every length up to 80 (so
+// in every lane of a block, and in the tail after the last whole block),
+// in a buffer whose bytes past the run are plain (a read past the end
+// would skip more than the run): the bytes skipped are plain, and the
+// skip stops at the first byte that is not, or less than a block before
+// it (or before the end).
+func TestPlainPrefix(t *testing.T) {
+	plain := func(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
+	buf := make([]byte, 128)
+	for n := 0; n <= 80; n++ {
+		for at := 0; at <= n; at++ { // at == n: no special byte
+			for c := 0; c < 256; c++ {
+				if at == n && c > 0 {
+					break
+				}
+				for i := range buf {
+					buf[i] = 'z'
+				}
+				for i := range n {
+					buf[i] = 'a' + byte(i%26)
+				}
+				first := n
+				if at < n {
+					buf[at] = byte(c)
+					if !plain(byte(c)) {
+						first = at
+					}
+				}
+				k := domain.PlainPrefixForTest(buf[:n])
+				if k < 0 || k > first || first-k >= domain.PlainBlockForTest {
+					t.Fatalf("run of %d, byte %#x at %d: skipped %d, the first byte that is not plain is at %d (block %d)", n, c, at, k, first, domain.PlainBlockForTest)
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkCheckDocumentJSON1KB is the check every 1 KB JSON put pays.
 func BenchmarkCheckDocumentJSON1KB(b *testing.B) {
 	var sb strings.Builder

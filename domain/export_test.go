@@ -4,4 +4,7 @@ package domain
 var (
 	BareMediaTypeForTest  = bareMediaType
 	ParseMediaTypeForTest = parseMediaType
+	PlainPrefixForTest    = plainPrefix
 )
+
+const PlainBlockForTest = plainBlock
