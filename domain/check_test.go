@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math/bits"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -118,6 +120,46 @@ func TestCheckJSONLongStrings(t *testing.T) {
 				want := json.Valid(doc) && utf8.Valid(doc)
 				if err := domain.CheckJSON(doc, 10); (err == nil) != want {
 					t.Fatalf("special %q at %d, tail %q: CheckJSON %v, encoding/json valid %v", sp, at, tail, err, want)
+				}
+			}
+		}
+	}
+}
+
+// TestSpecialBitsLowestByte: the word test of string bytes reports none
+// for a word of plain bytes, and its lowest byte reported is the word's
+// first special one (a string's first word goes straight there), for
+// every byte value in every lane, below it plain bytes and above it any.
+func TestSpecialBitsLowestByte(t *testing.T) {
+	plain := func(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
+	r := rand.New(rand.NewPCG(1, 2))
+	var w [8]byte
+	for lane := 0; lane < 8; lane++ {
+		for c := 0; c < 256; c++ {
+			for range 64 {
+				for k := range w {
+					switch {
+					case k < lane:
+						w[k] = byte(0x20 + r.IntN(0x60))
+						for !plain(w[k]) {
+							w[k] = byte(0x20 + r.IntN(0x60))
+						}
+					case k == lane:
+						w[k] = byte(c)
+					default:
+						w[k] = byte(r.IntN(256))
+					}
+				}
+				first := 8
+				for k := range w {
+					if !plain(w[k]) {
+						first = k
+						break
+					}
+				}
+				got := domain.SpecialBitsForTest(binary.LittleEndian.Uint64(w[:]))
+				if lowest := bits.TrailingZeros64(got) / 8; lowest != first {
+					t.Fatalf("word % x: lowest byte reported %d, first special byte %d (bits %#x)", w, lowest, first, got)
 				}
 			}
 		}

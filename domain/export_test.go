@@ -5,6 +5,7 @@ var (
 	BareMediaTypeForTest  = bareMediaType
 	ParseMediaTypeForTest = parseMediaType
 	PlainPrefixForTest    = plainPrefix
+	SpecialBitsForTest    = specialJSONStringBits
 )
 
 const PlainBlockForTest = plainBlock
