@@ -1,3 +1,5 @@
+//go:build !purego
+
 package domain
 
 // plainPrefix returns the length of a leading run of plain JSON string
