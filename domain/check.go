@@ -227,21 +227,21 @@ func scanJSON(b []byte, maxDepth int) (int, int) {
 	}
 }
 
-// jsonSpace holds, for each byte, whether it is JSON whitespace (a table:
-// the test before every token, which four comparisons made a fifth of a
-// structured document's check).
+// jsonSpace holds, for each byte, whether it is JSON whitespace (the test
+// before every token: one load and test instead of four comparisons).
 var jsonSpace = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
 
 // scanJSONString returns the offset after the JSON string at b[i] (a '"'),
 // or the problem and its offset.
 func scanJSONString(b []byte, i int) (int, int) {
 	n := len(b)
-	// Plain bytes (printable ASCII other than '"' and '\\') are skipped a
-	// word of eight at a time, then in bulk (plainPrefix) once the first
-	// word is plain; a shorter string, such as most member names, ends in
-	// its first word, and goes to its first special byte (the lowest one
-	// specialJSONStringBits reports is one) without a call. From the first
-	// byte that may need more than skipping, byte by byte.
+	// Plain bytes (printable ASCII other than '"' and '\\'): the string's
+	// first eight are tested as one word. When one of them is not plain
+	// (a short string, such as most member names, ends there), the scan
+	// goes straight to the first that is not (the lowest byte
+	// specialJSONStringBits reports is one); else the rest goes in bulk
+	// (plainPrefix). From the first byte that may need more than skipping,
+	// byte by byte.
 	i++
 	if i+8 <= n {
 		if special := specialJSONStringBits(binary.LittleEndian.Uint64(b[i:])); special != 0 {
