@@ -9,6 +9,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/sink-io/sink/bootstrap/cli"
+	"github.com/sink-io/sink/internal/heapfloor"
 )
 
 // Server is the server role: the gRPC API over storage.
@@ -16,14 +17,12 @@ func Server() fx.Option {
 	return fx.Options(StorageModule(), ProfilesModule(), ApplicationModule(), GRPCModule())
 }
 
-// Worker is the worker role: applies queued mutations, opens no gRPC
-// listener (only the HTTP health endpoint).
+// Worker is the worker role: applies queued mutations (no gRPC listener).
 func Worker() fx.Option {
 	return fx.Options(StorageModule(), ProfilesModule(), ApplicationModule(), KafkaModule(), WorkerModule(), WorkerHealthModule())
 }
 
-// All is the server and the worker in one process, sharing one storage
-// client and one Kafka client.
+// All is the server and the worker in one process, sharing their clients.
 func All() fx.Option {
 	return fx.Options(StorageModule(), ProfilesModule(), ApplicationModule(), KafkaModule(), GRPCModule(), WorkerModule(), WorkerHealthModule())
 }
@@ -79,6 +78,7 @@ func Run(stderr io.Writer, extra ...fx.Option) error {
 	if err != nil {
 		return err
 	}
+	defer heapfloor.Start(uint64(cfg.GCHeapFloor))() // process-wide: in Run, not New
 	log := NewLogger(cfg, stderr)
 	app, err := New(cfg, log, extra...)
 	if err != nil {

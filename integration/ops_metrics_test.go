@@ -103,3 +103,33 @@ func TestOpsMetricsCountWorkload(t *testing.T) {
 		}
 	}
 }
+
+// The sink process raises the collector's heap goal to the floor of
+// SINK_GC_HEAP_FLOOR_BYTES while its heap is small (its own metrics: the
+// Go runtime's GOGC percentage and next heap goal), and leaves Go's
+// pacing alone with 0.
+func TestGCHeapFloorProcess(t *testing.T) {
+	const floor = 48 << 20
+	for _, c := range []struct {
+		env          string
+		gogc         func(float64) bool
+		goal         func(float64) bool
+		wantGC, want string
+	}{
+		{"SINK_GC_HEAP_FLOOR_BYTES=" + fmt.Sprint(floor),
+			func(p float64) bool { return p > 100 }, func(g float64) bool { return g > floor*3/4 && g <= floor },
+			"above 100", "between 36 and 48 MiB"},
+		{"SINK_GC_HEAP_FLOOR_BYTES=0",
+			func(p float64) bool { return p == 100 }, func(g float64) bool { return g < 16<<20 },
+			"100", "under 16 MiB"},
+	} {
+		p := startSinkProcess(t, c.env, "GOGC=")
+		m := opsScrape(t, p.httpAddr)
+		if g := m.value("go_gc_gogc_percent", nil); !c.gogc(g) {
+			t.Errorf("%s: GOGC percentage %v, want %s", c.env, g, c.wantGC)
+		}
+		if g := m.value("go_memstats_next_gc_bytes", nil); !c.goal(g) {
+			t.Errorf("%s: next heap goal %.1f MiB, want %s", c.env, g/(1<<20), c.want)
+		}
+	}
+}

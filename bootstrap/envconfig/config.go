@@ -18,6 +18,7 @@ import (
 	"github.com/sink-io/sink/adapters/mongodb"
 	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/application"
+	"github.com/sink-io/sink/internal/heapfloor"
 )
 
 // Modes (SINK_MODE).
@@ -43,6 +44,7 @@ type Config struct {
 	ShutdownTimeout time.Duration `env:"SINK_SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"How long a graceful shutdown may drain in-flight work before it is cut short."`
 	LogFormat       string        `env:"SINK_LOG_FORMAT" envDefault:"json" desc:"Log format: json or text."`
 	LogLevel        string        `env:"SINK_LOG_LEVEL" envDefault:"info" desc:"Log level: debug, info, warn or error."`
+	GCHeapFloor     int           `env:"SINK_GC_HEAP_FLOOR_BYTES" desc:"Heap size, in bytes, below which the Go garbage collector does not start a collection: while the live heap is small, Sink raises GOGC's percentage after each collection so that the next one starts at about this size (Go's own minimum is 4 MiB), and leaves GOGC's percentage as it is once the live heap is large enough to pass it anyway. Fewer collections of a small heap save processor time for at most this many bytes of memory (docs/operations.md#go-runtime). GOMEMLIMIT still applies; with GOGC=off, or 0 here, Go's own pacing is left alone."`
 
 	MaxOperations    int `env:"SINK_MAX_OPERATIONS" desc:"Maximum operations in one request."`
 	MaxDocumentBytes int `env:"SINK_MAX_DOCUMENT_BYTES" desc:"Maximum size of one document or merge intent, in bytes."`
@@ -154,6 +156,7 @@ func Defaults() Config {
 	c.ScanPageTime, c.ScanMaxScanned = app.Scan.PageTime, app.Scan.MaxScannedPerPage
 	c.CountTime, c.CountMaxScanned = app.Scan.CountTime, app.Scan.MaxCountScanned
 	c.MinDeadline = app.MinDeadline
+	c.GCHeapFloor = heapfloor.Default
 	c.Kafka.ApplyMaxAttempts = app.Apply.MaxAttempts
 	c.Kafka.ApplyMaxBackoff = app.Apply.MaxBackoff
 
@@ -261,6 +264,9 @@ func (c Config) validate(unparsed map[string]bool) error {
 	}
 	if c.ShutdownTimeout <= 0 && !unparsed["SINK_SHUTDOWN_TIMEOUT"] {
 		add("SINK_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout)
+	}
+	if c.GCHeapFloor < 0 && !unparsed["SINK_GC_HEAP_FLOOR_BYTES"] {
+		add("SINK_GC_HEAP_FLOOR_BYTES must be 0 or more, got %d", c.GCHeapFloor)
 	}
 	switch c.LogFormat {
 	case "json", "text":

@@ -14,6 +14,7 @@ import (
 	"github.com/sink-io/sink/adapters/sinkgrpc"
 	"github.com/sink-io/sink/adapters/sinkprom"
 	"github.com/sink-io/sink/application"
+	"github.com/sink-io/sink/internal/heapfloor"
 )
 
 func TestDefaults(t *testing.T) {
@@ -269,5 +270,26 @@ func TestMaxInFlightOperations(t *testing.T) {
 	_, err = Load(map[string]string{"SINK_MAX_INFLIGHT_OPERATIONS": "999", "SINK_MAX_OPERATIONS": "1000"})
 	if err == nil || !strings.Contains(err.Error(), "SINK_MAX_INFLIGHT_OPERATIONS (999) must not be below SINK_MAX_OPERATIONS (1000)") {
 		t.Fatalf("a bound below the largest request: %v", err)
+	}
+}
+
+// SINK_GC_HEAP_FLOOR_BYTES: heapfloor's default, 0 to leave Go's pacing
+// alone, never negative.
+func TestGCHeapFloor(t *testing.T) {
+	for v, want := range map[string]int{"": heapfloor.Default, "0": 0, "8388608": 8 << 20} {
+		env := map[string]string{}
+		if v != "" {
+			env["SINK_GC_HEAP_FLOOR_BYTES"] = v
+		}
+		cfg, err := Load(env)
+		if err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		if cfg.GCHeapFloor != want {
+			t.Errorf("SINK_GC_HEAP_FLOOR_BYTES=%q: %d, want %d", v, cfg.GCHeapFloor, want)
+		}
+	}
+	if _, err := Load(map[string]string{"SINK_GC_HEAP_FLOOR_BYTES": "-1"}); err == nil || !strings.Contains(err.Error(), "SINK_GC_HEAP_FLOOR_BYTES must be 0 or more, got -1") {
+		t.Errorf("a negative floor: %v", err)
 	}
 }

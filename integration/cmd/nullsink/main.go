@@ -5,7 +5,10 @@
 // /metrics names them: go_memstats_mallocs_total and the others) on
 // another loopback port (with the Go runtime's profiles under
 // /debug/pprof/, to compare with Sink's), prints "metrics on ADDRESS", and
-// serves until it is killed.
+// serves until it is killed. Its Go runtime is set up as the sink
+// binary's: the collector's heap floor is SINK_GC_HEAP_FLOOR_BYTES
+// (internal/heapfloor; default heapfloor.Default), GOGC and the rest as
+// the environment says.
 package main
 
 import (
@@ -14,15 +17,26 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sink-io/sink/internal/heapfloor"
 	"github.com/sink-io/sink/internal/testkit/nullsink"
 )
 
 func main() {
+	floor := uint64(heapfloor.Default)
+	if v := os.Getenv("SINK_GC_HEAP_FLOOR_BYTES"); v != "" { // empty: the default, as for Sink
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			fail(fmt.Errorf("SINK_GC_HEAP_FLOOR_BYTES: %w", err))
+		}
+		floor = n
+	}
+	heapfloor.Start(floor)
 	addr := "127.0.0.1:0"
 	if len(os.Args) > 1 {
 		addr = os.Args[1]
