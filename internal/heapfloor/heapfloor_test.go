@@ -87,7 +87,7 @@ func TestStart(t *testing.T) {
 		}
 	}
 
-	const floor = 64 << 20
+	const floor = 16 << 20
 	stop := Start(floor)
 	if p := current(); p <= base {
 		t.Fatalf("after Start with a small heap the percentage is %d, want more than %d", p, base)
@@ -103,9 +103,9 @@ func TestStart(t *testing.T) {
 		t.Errorf("heap goal %d MiB with a floor of %d MiB", g>>20, floor>>20)
 	}
 
-	keep := make([][]*int, 0, 1<<10) // a live heap past the floor, with pointers to mark
+	keep := make([][]*int, 0, 256) // 16 MiB live, with pointers to mark: GOGC=100 alone passes the floor
 	for len(keep) < cap(keep) {
-		keep = append(keep, make([]*int, 10<<10))
+		keep = append(keep, make([]*int, 8<<10))
 	}
 	for drained := false; !drained; {
 		select {
