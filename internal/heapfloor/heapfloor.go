@@ -8,7 +8,7 @@
 // it (and of the goroutine stacks and global variables), and at least
 // 4 MiB × GOGC / 100. A server whose live heap is a few MiB of its
 // libraries' tables therefore collects every few MiB it allocates, and
-// each collection marks those tables again; with a floor of 16 MiB it
+// each collection marks those tables again; with a floor of 32 MiB it
 // collects several times less often, for at most the floor's bytes of
 // extra heap. Above the floor nothing changes: the goal is GOGC's own,
 // and GOMEMLIMIT still makes the collector work harder near its limit.
