@@ -86,17 +86,7 @@ func TestLeftCallersBuffersAreNotReleasedUnderItsBatch(t *testing.T) {
 		t.Fatalf("the carried request: %+v", r[0])
 	}
 	b.wg.Wait()
-	r, err := b.s.Read(context.Background(), []domain.Address{listAddr("left"), listAddr("poisoned")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d listDoc
-	if r[0].Status != StatusFound || json.Unmarshal(r[0].Record.Document.Data, &d) != nil || !slices.Equal(d.L, []string{"2"}) {
-		t.Fatalf("record left after its batch: %+v (%s), want the leader's second put", r[0], r[0].Record.Document.Data)
-	}
-	if r[1].Status != StatusNotFound {
-		t.Fatalf("the batch wrote from released buffers: %+v", r[1])
-	}
+	expectBatchWrote(t, b.s, "left", "2", "the leader's second put")
 	if n := releases.several.Load(); n != 0 {
 		t.Fatalf("%d buffers released; the leader's that left must not be", n)
 	}
@@ -151,19 +141,27 @@ func TestLeftSingleCallersBuffersAreNotReleased(t *testing.T) {
 		t.Fatalf("the leader: %+v", r[0])
 	}
 	b.wg.Wait()
-	r, err := b.s.Read(context.Background(), []domain.Address{listAddr("rec"), listAddr("poisoned")})
+	expectBatchWrote(t, b.s, "rec", "left", "the put of the caller that left")
+	if n := releases.one.Load(); n != 2 {
+		t.Fatalf("%d buffers released, want the first write's and the leader's (2), not those of the caller that left", n)
+	}
+}
+
+// expectBatchWrote checks, after a batch that carried a caller who left,
+// that record key holds the list [want] (what: which write that is) and
+// that nothing wrote the record of poisonReleased's mutations.
+func expectBatchWrote(t *testing.T, s *Service, key, want, what string) {
+	t.Helper()
+	r, err := s.Read(context.Background(), []domain.Address{listAddr(key), listAddr("poisoned")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var d listDoc
-	if r[0].Status != StatusFound || json.Unmarshal(r[0].Record.Document.Data, &d) != nil || !slices.Equal(d.L, []string{"left"}) {
-		t.Fatalf("record after its batch: %+v (%s), want the put of the caller that left", r[0], r[0].Record.Document.Data)
+	if r[0].Status != StatusFound || json.Unmarshal(r[0].Record.Document.Data, &d) != nil || !slices.Equal(d.L, []string{want}) {
+		t.Fatalf("record %s after its batch: %+v (%s), want %s", key, r[0], r[0].Record.Document.Data, what)
 	}
 	if r[1].Status != StatusNotFound {
 		t.Fatalf("the batch wrote from released buffers: %+v", r[1])
-	}
-	if n := releases.one.Load(); n != 2 {
-		t.Fatalf("%d buffers released, want the first write's and the leader's (2), not those of the caller that left", n)
 	}
 }
 
