@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -187,30 +188,81 @@ func loadClients(c singleOpCase) int {
 // (profileCase).
 func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 	sink, null := startPinnedServers(b)
+	eachLoadCase(b, []pinnedServer{sink, null}, func(b *testing.B, c singleOpCase, clients int, m []loadMeasure) {
+		s, f := m[0], m[1]
+		b.ReportMetric(s.rate, "ops/s")
+		b.ReportMetric(f.rate, "null-ops/s")
+		b.ReportMetric(s.rate/f.rate, "vs-null")
+		b.ReportMetric(s.cpuMicros, "cpu-µs/op")
+		b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
+		b.ReportMetric(f.cpuMicros/s.cpuMicros, "cpu-vs-null")
+		b.ReportMetric(s.allocs, "srv-allocs/op")
+		b.ReportMetric(s.bytes, "srv-B/op")
+		b.ReportMetric(f.allocs, "null-allocs/op")
+		b.ReportMetric(f.bytes, "null-B/op")
+		b.ReportMetric(s.writes, "srv-writes/op")
+		b.ReportMetric(f.writes, "null-writes/op")
+		if dir := profileDir(); dir != "" && b.N > 1 { // (not on the probe run of one request)
+			profileCase(b, dir, c, clients, profiled{"sink", sink, s.cpuMicros}, profiled{"null", null, f.cpuMicros})
+		}
+	})
+}
+
+// eachLoadCase runs each case of loadCases but those named in skip as a
+// sub-benchmark: it warms servers up, sends the case's requests to them
+// in turn (measureAlternating) and hands report what it measured of
+// each, in servers' order.
+func eachLoadCase(b *testing.B, servers []pinnedServer, report func(b *testing.B, c singleOpCase, clients int, m []loadMeasure), skip ...string) {
+	clientsOf := make([]opClient, len(servers))
+	for i, srv := range servers {
+		clientsOf[i] = srv.client
+	}
 	for _, c := range loadCases() {
+		if slices.Contains(skip, c.name) {
+			continue
+		}
 		b.Run(c.name, func(b *testing.B) {
 			clients := loadClients(c)
-			warmUp(b, c, sink.client, null.client)
-			n := max(b.N, clients)
-			m := measureAlternating(b, c, clients, n, sink, null)
-			s, f := m[0], m[1]
-			b.ReportMetric(s.rate, "ops/s")
-			b.ReportMetric(f.rate, "null-ops/s")
-			b.ReportMetric(s.rate/f.rate, "vs-null")
-			b.ReportMetric(s.cpuMicros, "cpu-µs/op")
-			b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
-			b.ReportMetric(f.cpuMicros/s.cpuMicros, "cpu-vs-null")
-			b.ReportMetric(s.allocs, "srv-allocs/op")
-			b.ReportMetric(s.bytes, "srv-B/op")
-			b.ReportMetric(f.allocs, "null-allocs/op")
-			b.ReportMetric(f.bytes, "null-B/op")
-			b.ReportMetric(s.writes, "srv-writes/op")
-			b.ReportMetric(f.writes, "null-writes/op")
-			if dir := profileDir(); dir != "" && b.N > 1 { // (not on the probe run of one request)
-				profileCase(b, dir, c, clients, sink, null, s.cpuMicros, f.cpuMicros)
-			}
+			warmUp(b, c, clientsOf...)
+			report(b, c, clients, measureAlternating(b, c, clients, max(b.N, clients), servers...))
 		})
 	}
+}
+
+// BenchmarkOwedWorkOutOfProcess: the cases of
+// BenchmarkSingleOpLoadOutOfProcess against three servers, laid out the
+// same way and taking turns in rounds: Sink, the owed-work floor
+// (integration/cmd/worksink: only the work Sink's contract owes,
+// straight-line, with Sink's memory store, document check and merge
+// profile) and the null server. As there, "cpu-vs-null" is the null
+// server's processor time per request over Sink's; "floor-cpu-vs-null" is
+// the null server's over the floor's, the most any implementation of the
+// contract reaches against the gRPC floor, and "cpu-vs-floor" the floor's
+// over Sink's: what Sink's design costs beyond the work. Rates and
+// allocations as there (floor-…: the floor's), and SINK_BENCH_PROFILE
+// profiles the three servers as there.
+func BenchmarkOwedWorkOutOfProcess(b *testing.B) {
+	sink, null := startPinnedServers(b)
+	f := startRefProcess(b, pinnedPrefix(b), "worksink")
+	floor := pinnedServer{client: dialOpClient(b, f.grpcAddr), pid: f.pid, httpAddr: f.metricsAddr}
+	eachLoadCase(b, []pinnedServer{sink, floor, null}, func(b *testing.B, c singleOpCase, clients int, m []loadMeasure) {
+		s, w, z := m[0], m[1], m[2]
+		b.ReportMetric(s.rate, "ops/s")
+		b.ReportMetric(w.rate, "floor-ops/s")
+		b.ReportMetric(z.rate, "null-ops/s")
+		b.ReportMetric(s.cpuMicros, "cpu-µs/op")
+		b.ReportMetric(w.cpuMicros, "floor-cpu-µs/op")
+		b.ReportMetric(z.cpuMicros, "null-cpu-µs/op")
+		b.ReportMetric(z.cpuMicros/s.cpuMicros, "cpu-vs-null")
+		b.ReportMetric(z.cpuMicros/w.cpuMicros, "floor-cpu-vs-null")
+		b.ReportMetric(w.cpuMicros/s.cpuMicros, "cpu-vs-floor")
+		b.ReportMetric(s.allocs, "srv-allocs/op")
+		b.ReportMetric(w.allocs, "floor-allocs/op")
+		b.ReportMetric(z.allocs, "null-allocs/op")
+		if dir := profileDir(); dir != "" && b.N > 1 {
+			profileCase(b, dir, c, clients, profiled{"sink", sink, s.cpuMicros}, profiled{"floor", floor, w.cpuMicros}, profiled{"null", null, z.cpuMicros})
+		}
+	}, "health") // (the same handler in all three)
 }
 
 // BenchmarkCodecOutOfProcess: Sink's codec (vtcodec) against grpc-go's
@@ -228,27 +280,21 @@ func BenchmarkCodecOutOfProcess(b *testing.B) {
 	const stock = "-tags=sink_stockcodec"
 	sink, null := startPinnedServers(b)
 	sinkStock, nullStock := startPinnedServers(b, stock)
-	for _, c := range loadCases() {
-		b.Run(c.name, func(b *testing.B) {
-			clients := loadClients(c)
-			warmUp(b, c, sink.client, sinkStock.client, null.client, nullStock.client)
-			n := max(b.N, clients)
-			m := measureAlternating(b, c, clients, n, sink, sinkStock, null, nullStock)
-			s, ss, f, fs := m[0], m[1], m[2], m[3]
-			b.ReportMetric(s.rate, "ops/s")
-			b.ReportMetric(ss.rate, "stock-ops/s")
-			b.ReportMetric(f.rate, "null-ops/s")
-			b.ReportMetric(fs.rate, "null-stock-ops/s")
-			b.ReportMetric(s.cpuMicros, "cpu-µs/op")
-			b.ReportMetric(ss.cpuMicros, "stock-cpu-µs/op")
-			b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
-			b.ReportMetric(fs.cpuMicros, "null-stock-cpu-µs/op")
-			b.ReportMetric(ss.cpuMicros/s.cpuMicros, "vt-gain")
-			b.ReportMetric(fs.cpuMicros/f.cpuMicros, "null-vt-gain")
-			b.ReportMetric(f.cpuMicros/s.cpuMicros, "vs-null")
-			b.ReportMetric(fs.cpuMicros/ss.cpuMicros, "stock-vs-null")
-		})
-	}
+	eachLoadCase(b, []pinnedServer{sink, sinkStock, null, nullStock}, func(b *testing.B, _ singleOpCase, _ int, m []loadMeasure) {
+		s, ss, f, fs := m[0], m[1], m[2], m[3]
+		b.ReportMetric(s.rate, "ops/s")
+		b.ReportMetric(ss.rate, "stock-ops/s")
+		b.ReportMetric(f.rate, "null-ops/s")
+		b.ReportMetric(fs.rate, "null-stock-ops/s")
+		b.ReportMetric(s.cpuMicros, "cpu-µs/op")
+		b.ReportMetric(ss.cpuMicros, "stock-cpu-µs/op")
+		b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
+		b.ReportMetric(fs.cpuMicros, "null-stock-cpu-µs/op")
+		b.ReportMetric(ss.cpuMicros/s.cpuMicros, "vt-gain")
+		b.ReportMetric(fs.cpuMicros/f.cpuMicros, "null-vt-gain")
+		b.ReportMetric(f.cpuMicros/s.cpuMicros, "vs-null")
+		b.ReportMetric(fs.cpuMicros/ss.cpuMicros, "stock-vs-null")
+	})
 }
 
 // loadCases are the cases of BenchmarkSingleOpLoadOutOfProcess: the single
@@ -409,7 +455,8 @@ func pinSelf(b testing.TB, cpu int) {
 	})
 }
 
-// nullProcess is a null server process started by startNullProcess.
+// nullProcess is a reference server process (the null server, the
+// owed-work floor) started by startNullProcess or startRefProcess.
 type nullProcess struct {
 	grpcAddr, metricsAddr string
 	pid                   int
@@ -421,7 +468,16 @@ type nullProcess struct {
 // ends.
 func startNullProcess(b testing.TB, prefix []string, buildFlags ...string) nullProcess {
 	b.Helper()
-	argv := append(append([]string(nil), prefix...), buildBinaryWith(b, "./integration/cmd/nullsink", "nullsink", buildFlags...))
+	return startRefProcess(b, prefix, "nullsink", buildFlags...)
+}
+
+// startRefProcess starts the reference server integration/cmd/NAME
+// (internal/testkit/benchproc's process: the null server, nullsink, or
+// the owed-work floor, worksink), built with buildFlags, as
+// startNullProcess says.
+func startRefProcess(b testing.TB, prefix []string, name string, buildFlags ...string) nullProcess {
+	b.Helper()
+	argv := append(append([]string(nil), prefix...), buildBinaryWith(b, "./integration/cmd/"+name, name, buildFlags...))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -446,11 +502,11 @@ func startNullProcess(b testing.TB, prefix []string, buildFlags ...string) nullP
 	select {
 	case p := <-addrs:
 		if p.grpcAddr == "" || p.metricsAddr == "" {
-			b.Fatalf("nullsink printed no addresses: %+v", p)
+			b.Fatalf("%s printed no addresses: %+v", name, p)
 		}
 		return p
 	case <-time.After(30 * time.Second): // a failure guard
-		b.Fatal("nullsink did not start")
+		b.Fatalf("%s did not start", name)
 		return nullProcess{}
 	}
 }
@@ -475,5 +531,25 @@ func TestNullSinkProcessAnswers(t *testing.T) {
 	}
 	if objects, _ := heapAllocations(t, p.metricsAddr); objects <= 0 {
 		t.Fatalf("the null server's metrics count %v allocations", objects)
+	}
+}
+
+// The owed-work floor's command serves the Sink service and does the
+// work: a merge reads what a put wrote and a read returns the merge (in
+// requests of their own: the floor takes puts or merges, not both).
+func TestWorkSinkProcessAnswers(t *testing.T) {
+	p := startRefProcess(t, nil, "worksink")
+	c := dialSink(t, p.grpcAddr)
+	for _, op := range []*sinkv1.WriteOperation{putOp(addr("ns", "ds", "k"), `{"a":1}`, 0, nil), mergeOp(addr("ns", "ds", "k"), "merge-patch", `{"b":2}`)} {
+		if r := write(t, c, op)[0]; r.GetStatus() != applied || len(r.GetRevision()) == 0 {
+			t.Fatalf("%v: %v", op, r)
+		}
+	}
+	got := read(t, c, addr("ns", "ds", "k"))
+	if got[0].GetStatus() != found || string(got[0].GetDocument().GetData()) != `{"a":1,"b":2}` {
+		t.Fatalf("read: %v", got[0])
+	}
+	if objects, _ := heapAllocations(t, p.metricsAddr); objects <= 0 {
+		t.Fatalf("the floor's metrics count %v allocations", objects)
 	}
 }

@@ -17,9 +17,10 @@ import (
 )
 
 // With SINK_BENCH_PROFILE set to a directory, BenchmarkSingleOpLoadOutOfProcess
-// also profiles each server under each case's load, after measuring it
-// (so the profiles do not change the figures): CASE-sink.pprof and
-// CASE-null.pprof (for go tool pprof), and CASE-classes.txt, where each
+// (and BenchmarkOwedWorkOutOfProcess) also profiles each server under each
+// case's load, after measuring it (so the profiles do not change the
+// figures): CASE-sink.pprof, CASE-null.pprof (and CASE-floor.pprof; for
+// go tool pprof), and CASE-classes.txt, where each
 // server's processor time per request is split into classes
 // (profileClasses), scaled by the time per request the case measured.
 // The sink process then runs with SINK_PROFILING=true. Only runs of more
@@ -60,6 +61,7 @@ var profileClasses = []profileClass{
 	{"memory store", false, []string{"github.com/sink-io/sink/adapters/memory."}},
 	{"application", false, []string{"github.com/sink-io/sink/application."}},
 	{"Sink's gRPC adapter and interceptor", false, []string{"github.com/sink-io/sink/adapters/sinkgrpc.", "github.com/sink-io/sink/bootstrap."}},
+	{"the owed-work floor's handler", false, []string{"github.com/sink-io/sink/internal/testkit/worksink."}},
 	{"allocation (outside the collector)", false, []string{"runtime.mallocgc", "runtime.newobject", "runtime.makeslice", "runtime.growslice", "runtime.makemap", "runtime.newarray", "runtime.(*mcache)", "runtime.(*mcentral)", "runtime.(*mheap)", "runtime.memclrNoHeapPointers"}},
 	{"scheduler", false, []string{"runtime.schedule", "runtime.findRunnable", "runtime.park_m", "runtime.goready", "runtime.ready", "runtime.mcall", "runtime.gopark", "runtime.goexit", "runtime.Gosched"}},
 	{"grpc-go transport", false, []string{"google.golang.org/grpc", "golang.org/x/net/http2"}},
@@ -183,20 +185,43 @@ func profileUnderLoad(b *testing.B, srv pinnedServer, c singleOpCase, clients in
 	}
 }
 
-// profileCase profiles sink and null under c's load (see profileDir) and
-// writes the classes of their time per request, scaled by the processor
-// time per request measured of each (sinkMicros, nullMicros).
-func profileCase(b *testing.B, dir string, c singleOpCase, clients int, sink, null pinnedServer, sinkMicros, nullMicros float64) {
+// profiled is a server profileCase profiles: its name in the file names
+// and the table (sink, floor, null) and its processor time per request.
+type profiled struct {
+	name   string
+	srv    pinnedServer
+	micros float64
+}
+
+// profileCase profiles each of servers under c's load (see profileDir)
+// and writes their profiles (DIR/CASE-NAME.pprof) and the classes of
+// their time per request, scaled by the processor time per request
+// measured of each (DIR/CASE-classes.txt, one column per server).
+func profileCase(b *testing.B, dir string, c singleOpCase, clients int, servers ...profiled) {
 	b.Helper()
 	base := filepath.Join(dir, c.name)
-	s := classify(profileUnderLoad(b, sink, c, clients, base+"-sink.pprof"))
-	n := classify(profileUnderLoad(b, null, c, clients, base+"-null.pprof"))
-	var out strings.Builder
-	fmt.Fprintf(&out, "%s: processor time per request by class, µs (Sink / null server)\n", c.name)
-	for _, name := range append(classNames(), otherClass) {
-		fmt.Fprintf(&out, "%-40s %7.2f / %7.2f\n", name, s[name]*sinkMicros, n[name]*nullMicros)
+	classes := make([]map[string]float64, len(servers))
+	names := make([]string, len(servers))
+	for i, p := range servers {
+		classes[i] = classify(profileUnderLoad(b, p.srv, c, clients, base+"-"+p.name+".pprof"))
+		names[i] = p.name
 	}
-	fmt.Fprintf(&out, "%-40s %7.2f / %7.2f\n", "total (measured)", sinkMicros, nullMicros)
+	var out strings.Builder
+	fmt.Fprintf(&out, "%s: processor time per request by class, µs (%s)\n", c.name, strings.Join(names, " / "))
+	row := func(name string, v func(i int) float64) {
+		fmt.Fprintf(&out, "%-40s", name)
+		for i := range servers {
+			if i > 0 {
+				out.WriteString(" /")
+			}
+			fmt.Fprintf(&out, " %7.2f", v(i))
+		}
+		out.WriteString("\n")
+	}
+	for _, name := range append(classNames(), otherClass) {
+		row(name, func(i int) float64 { return classes[i][name] * servers[i].micros })
+	}
+	row("total (measured)", func(i int) float64 { return servers[i].micros })
 	if err := os.WriteFile(base+"-classes.txt", []byte(out.String()), 0o644); err != nil {
 		b.Fatal(err)
 	}

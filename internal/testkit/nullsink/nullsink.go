@@ -55,17 +55,21 @@ func (Server) Delete(_ context.Context, r *sinkv1.DeleteRequest) (*sinkv1.Delete
 	return out, nil
 }
 
-// Serve serves the null service on lis until the returned server stops,
-// with grpc-go's standard health service beside it (the whole server
-// SERVING), as Sink serves it.
-// It keeps as many stream workers as Sink's server
-// (sinkgrpc.StreamWorkers), a transport setting that makes the floor
-// faster too, so that ratios to it compare the work per request and not
-// the server set-up, and Sink's codec (vtcodec), so that they do not
-// compare codecs either.
-func Serve(lis net.Listener) *grpc.Server {
+// Serve serves the null service on lis until the returned server stops
+// (see ServeService).
+func Serve(lis net.Listener) *grpc.Server { return ServeService(lis, Server{}) }
+
+// ServeService serves svc on lis as the null service is served, until the
+// returned server stops, with grpc-go's standard health service beside it
+// (the whole server SERVING), as Sink serves it. It keeps as many stream
+// workers as Sink's server (sinkgrpc.StreamWorkers), a transport setting
+// that makes the floor faster too, so that ratios to it compare the work
+// per request and not the server set-up, and Sink's codec (vtcodec), so
+// that they do not compare codecs either. The owed-work floor
+// (internal/testkit/worksink) is served with it too.
+func ServeService(lis net.Listener, svc sinkv1.SinkServer) *grpc.Server {
 	srv := grpc.NewServer(grpc.NumStreamWorkers(sinkgrpc.StreamWorkers()), grpc.ForceServerCodecV2(vtcodec.New()))
-	sinkv1.RegisterSinkServer(srv, Server{})
+	sinkv1.RegisterSinkServer(srv, svc)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() { _ = srv.Serve(lis) }()
 	return srv
