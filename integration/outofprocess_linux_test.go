@@ -236,9 +236,10 @@ func eachLoadCase(b *testing.B, servers []pinnedServer, report func(b *testing.B
 // straight-line, with Sink's memory store, document check and merge
 // profile) and the null server. As there, "cpu-vs-null" is the null
 // server's processor time per request over Sink's; "floor-cpu-vs-null" is
-// the null server's over the floor's, the most any implementation of the
-// contract reaches against the gRPC floor, and "cpu-vs-floor" the floor's
-// over Sink's: what Sink's design costs beyond the work. Rates and
+// the null server's over the floor's, about the most an implementation
+// of the contract reaches against the gRPC floor (the floor is a simple
+// one, not a proven minimum), and "cpu-vs-floor" the floor's over
+// Sink's: what Sink's design costs beyond the work. Rates and
 // allocations as there (floor-…: the floor's), and SINK_BENCH_PROFILE
 // profiles the three servers as there.
 func BenchmarkOwedWorkOutOfProcess(b *testing.B) {

@@ -27,9 +27,12 @@
 // idempotency keys, per-dataset metrics, traces or asynchronous
 // completion, and it answers only what the benchmarks send: upserts,
 // merge-patch merges, reads and deletes of string keys, completion
-// WAIT_UNTIL_APPLIED. So Sink's processor time over this floor's is what
+// WAIT_UNTIL_APPLIED, in any store's name; the rest, and bad input, it
+// refuses with one InvalidArgument status for the whole request. So Sink's processor time over this floor's is what
 // Sink's design costs beyond the work itself, and this floor's over the
-// null server's is the least any implementation of the contract pays.
+// null server's about the least an implementation of the contract pays
+// (this is a simple one, not a proven minimum: a cleverer one may pay
+// less).
 package worksink
 
 import (
