@@ -65,8 +65,7 @@ func startPinnedServers(b *testing.B, buildFlags ...string) (sink, null pinnedSe
 	}
 	p := startProcessOf(b, append(server, bin), env...)
 	sink = pinnedServer{client: dialOpClient(b, p.grpcAddr), pid: p.cmd.Process.Pid, httpAddr: p.httpAddr}
-	n := startNullProcess(b, server, buildFlags...)
-	null = pinnedServer{client: dialOpClient(b, n.grpcAddr), pid: n.pid, httpAddr: n.metricsAddr}
+	null = startPinnedRef(b, server, "nullsink", buildFlags...)
 	pinSelf(b, 0)
 	return sink, null
 }
@@ -244,8 +243,7 @@ func eachLoadCase(b *testing.B, servers []pinnedServer, report func(b *testing.B
 // profiles the three servers as there.
 func BenchmarkOwedWorkOutOfProcess(b *testing.B) {
 	sink, null := startPinnedServers(b)
-	f := startRefProcess(b, pinnedPrefix(b), "worksink")
-	floor := pinnedServer{client: dialOpClient(b, f.grpcAddr), pid: f.pid, httpAddr: f.metricsAddr}
+	floor := startPinnedRef(b, pinnedPrefix(b), "worksink")
 	eachLoadCase(b, []pinnedServer{sink, floor, null}, func(b *testing.B, c singleOpCase, clients int, m []loadMeasure) {
 		s, w, z := m[0], m[1], m[2]
 		b.ReportMetric(s.rate, "ops/s")
@@ -456,27 +454,27 @@ func pinSelf(b testing.TB, cpu int) {
 	})
 }
 
-// nullProcess is a reference server process (the null server, the
-// owed-work floor) started by startNullProcess or startRefProcess.
-type nullProcess struct {
+// refProcess is a reference server process (the null server, the
+// owed-work floor) started by startRefProcess.
+type refProcess struct {
 	grpcAddr, metricsAddr string
 	pid                   int
 }
 
-// startNullProcess starts integration/cmd/nullsink (built with
-// buildFlags) under the command prefix on a free loopback port and
-// returns its addresses and process id. It is killed when the benchmark
-// ends.
-func startNullProcess(b testing.TB, prefix []string, buildFlags ...string) nullProcess {
+// startPinnedRef starts the reference server NAME (see startRefProcess)
+// under the command prefix and returns it as a pinnedServer.
+func startPinnedRef(b testing.TB, prefix []string, name string, buildFlags ...string) pinnedServer {
 	b.Helper()
-	return startRefProcess(b, prefix, "nullsink", buildFlags...)
+	p := startRefProcess(b, prefix, name, buildFlags...)
+	return pinnedServer{client: dialOpClient(b, p.grpcAddr), pid: p.pid, httpAddr: p.metricsAddr}
 }
 
 // startRefProcess starts the reference server integration/cmd/NAME
 // (internal/testkit/benchproc's process: the null server, nullsink, or
-// the owed-work floor, worksink), built with buildFlags, as
-// startNullProcess says.
-func startRefProcess(b testing.TB, prefix []string, name string, buildFlags ...string) nullProcess {
+// the owed-work floor, worksink), built with buildFlags, under the command
+// prefix on a free loopback port and returns its addresses and process
+// id. It is killed when the test or benchmark ends.
+func startRefProcess(b testing.TB, prefix []string, name string, buildFlags ...string) refProcess {
 	b.Helper()
 	argv := append(append([]string(nil), prefix...), buildBinaryWith(b, "./integration/cmd/"+name, name, buildFlags...))
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -489,12 +487,12 @@ func startRefProcess(b testing.TB, prefix []string, name string, buildFlags ...s
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addrs := make(chan nullProcess, 1)
+	addrs := make(chan refProcess, 1)
 	go func() {
 		r := bufio.NewReader(out)
 		grpcLine, _ := r.ReadString('\n')
 		metricsLine, _ := r.ReadString('\n')
-		addrs <- nullProcess{
+		addrs <- refProcess{
 			grpcAddr:    strings.TrimPrefix(strings.TrimSpace(grpcLine), "listening on "),
 			metricsAddr: strings.TrimPrefix(strings.TrimSpace(metricsLine), "metrics on "),
 			pid:         cmd.Process.Pid,
@@ -508,14 +506,14 @@ func startRefProcess(b testing.TB, prefix []string, name string, buildFlags ...s
 		return p
 	case <-time.After(30 * time.Second): // a failure guard
 		b.Fatalf("%s did not start", name)
-		return nullProcess{}
+		return refProcess{}
 	}
 }
 
 // The null server's command answers as the benchmarks expect: every write
 // applied with a revision, every read found with a document.
 func TestNullSinkProcessAnswers(t *testing.T) {
-	p := startNullProcess(t, nil)
+	p := startRefProcess(t, nil, "nullsink")
 	c := dialSink(t, p.grpcAddr)
 	res := write(t, c, putOp(addr("ns", "ds", "k"), `{"a":1}`, 0, nil), mergeOp(addr("ns", "ds", "k"), "merge-patch", `{"b":2}`))
 	for i, r := range res {
