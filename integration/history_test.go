@@ -844,10 +844,10 @@ func TestHistoryLinearizableDatabasePaused(t *testing.T) {
 // its last write: a read from a stale copy.
 type staleReads struct {
 	ports.Storage
-	mu    sync.Mutex
-	n     int
-	prior map[domain.RecordID]ports.ReadResult
-	last  map[domain.RecordID]ports.ReadResult
+	mu       sync.Mutex
+	n, stale int
+	prior    map[domain.RecordID]ports.ReadResult
+	last     map[domain.RecordID]ports.ReadResult
 }
 
 func (s *staleReads) Read(ctx context.Context, addrs []domain.Address) []ports.ReadResult {
@@ -865,26 +865,36 @@ func (s *staleReads) Read(ctx context.Context, addrs []domain.Address) []ports.R
 		s.n++
 		if p, ok := s.prior[id]; ok && s.n%3 == 0 {
 			got[i] = p
+			s.stale++
 		}
 	}
 	return got
 }
 
-// lostMerges acknowledges every fifth write of a merge-patched document
-// without writing it (a fold that drops a merge).
+func (s *staleReads) broken() int { s.mu.Lock(); defer s.mu.Unlock(); return s.stale }
+
+// lostMerges acknowledges every third write of a merge-patched document
+// without writing it (a fold that drops a merge). A merge-patched document
+// is one with a merge's field ("cX-Y":1), whether or not a put's "p" is
+// there too: counting only documents without "p" (merges onto a deleted
+// or absent record) left some runs with one or two lost merges, none of
+// them read before a put replaced it, and the checker rightly answered Ok.
 type lostMerges struct {
 	ports.Storage
-	mu sync.Mutex
-	n  int
+	mu      sync.Mutex
+	n, lost int
 }
 
 func (s *lostMerges) Write(ctx context.Context, ops []ports.WriteOp) []ports.WriteResult {
 	s.mu.Lock()
 	drop := make([]bool, len(ops))
 	for i, op := range ops {
-		if op.Kind == ports.WritePut && !strings.Contains(string(op.Document.Data), `"p"`) {
+		if op.Kind == ports.WritePut && strings.Contains(string(op.Document.Data), `":1`) {
 			s.n++
-			drop[i] = s.n%5 == 0
+			drop[i] = s.n%3 == 0
+			if drop[i] {
+				s.lost++
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -907,6 +917,8 @@ func (s *lostMerges) Write(ctx context.Context, ops []ports.WriteOp) []ports.Wri
 	}
 	return out
 }
+
+func (s *lostMerges) broken() int { s.mu.Lock(); defer s.mu.Unlock(); return s.lost }
 
 // pausable is a store that can be paused like a database process: calls
 // wait while it is paused, at most its driver's timeout (pausableTimeout,
@@ -1024,21 +1036,42 @@ func TestHistoryCheckerCatchesBrokenStores(t *testing.T) {
 			}
 		})
 	}
+	type brokenStore interface {
+		ports.Storage
+		broken() int // how many reads or writes it got wrong
+	}
 	for _, b := range []struct {
 		name  string
-		store func() ports.Storage
+		store func() brokenStore
 	}{
-		{"stale reads", func() ports.Storage {
+		{"stale reads", func() brokenStore {
 			return &staleReads{Storage: memory.New(), prior: map[domain.RecordID]ports.ReadResult{}, last: map[domain.RecordID]ports.ReadResult{}}
 		}},
-		{"lost merges", func() ports.Storage { return &lostMerges{Storage: memory.New()} }},
+		{"lost merges", func() brokenStore { return &lostMerges{Storage: memory.New()} }},
 	} {
 		t.Run(b.name, func(t *testing.T) {
-			servers := newHistoryServers(t, nil, b.store())
+			st := b.store()
+			servers := newHistoryServers(t, nil, st)
 			run := historyRun{clients: 4, ops: 150, records: 3, seed: 42}
-			if res := checkHistoryExplained(t, run.run(t, "hist", servers), false); res != porcupine.Illegal {
+			res := checkHistoryExplained(t, run.run(t, "hist", servers), false)
+			// Each fault is caught only if a read sees it before a put
+			// or delete hides it; a run that made few could pass by luck
+			// and say nothing about the checker.
+			n := st.broken()
+			t.Logf("%d reads or writes got wrong", n)
+			switch {
+			case n < minFaults:
+				t.Fatalf("the store got %d reads or writes wrong, want at least %d for the run to test the checker", n, minFaults)
+			case res != porcupine.Illegal:
 				t.Fatalf("the checker answered %s for a store with %s; want Illegal", res, b.name)
 			}
 		})
 	}
 }
+
+// minFaults is how many faults a broken store must make in a run of
+// TestHistoryCheckerCatchesBrokenStores: the next operation on a record
+// that is not a merge is a read (which sees the fault) about 45 times in
+// 100, so fifteen faults all hidden by a put or delete first happen about
+// once in 10⁴ runs. (Runs make 30–150.)
+const minFaults = 15
