@@ -1054,9 +1054,10 @@ func TestHistoryCheckerCatchesBrokenStores(t *testing.T) {
 			servers := newHistoryServers(t, nil, st)
 			run := historyRun{clients: 4, ops: 150, records: 3, seed: 42}
 			res := checkHistoryExplained(t, run.run(t, "hist", servers), false)
-			// Each fault is caught only if a read sees it before a put
-			// or delete hides it; a run that made few could pass by luck
-			// and say nothing about the checker.
+			// A lost merge is caught only if a read sees the record
+			// before a put or delete replaces it, a stale read only if
+			// no write was concurrent with it: a run that made few
+			// faults could pass by luck and say nothing of the checker.
 			n := st.broken()
 			t.Logf("%d reads or writes got wrong", n)
 			switch {
@@ -1070,8 +1071,9 @@ func TestHistoryCheckerCatchesBrokenStores(t *testing.T) {
 }
 
 // minFaults is how many faults a broken store must make in a run of
-// TestHistoryCheckerCatchesBrokenStores: the next operation on a record
-// that is not a merge is a read (which sees the fault) about 45 times in
-// 100, so fifteen faults all hidden by a put or delete first happen about
-// once in 10⁴ runs. (Runs make 30–150.)
+// TestHistoryCheckerCatchesBrokenStores. After a lost merge the next
+// operation on the record that is not a merge is a read (which sees the
+// loss) about 45 times in 100, so fifteen lost merges all hidden by a put
+// or delete first happen about once in 10⁴ runs. (Runs make 33–58 lost
+// merges, 136–146 stale reads.)
 const minFaults = 15
