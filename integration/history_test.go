@@ -471,6 +471,13 @@ func checkHistoryExplained(t *testing.T, history []porcupine.Operation, explain 
 	if d, err := time.ParseDuration(os.Getenv("SINK_HISTORY_CHECK_TIMEOUT")); err == nil && d > 0 {
 		limit = d
 	}
+	return checkHistoryWithin(t, history, explain, limit)
+}
+
+// checkHistoryWithin is checkHistoryExplained with the checker's time
+// limit (past it, the verdict is Unknown).
+func checkHistoryWithin(t *testing.T, history []porcupine.Operation, explain bool, limit time.Duration) porcupine.CheckResult {
+	t.Helper()
 	res := porcupine.CheckOperationsTimeout(historyModel.ToModel(), history, limit)
 	unknown := 0
 	for _, op := range history {
@@ -1017,18 +1024,23 @@ func TestHistoryCheckerCatchesBrokenStores(t *testing.T) {
 			name = "paused store, writes reported not done applied later"
 		}
 		t.Run(name, func(t *testing.T) {
-			st := &pausable{Storage: memory.New(), lie: !honest}
-			// Without natural batching every write cut off by a pause is
-			// at the store (with it, most wait in the server's queue and
-			// leave it at their deadline, never written).
-			servers := newHistoryServers(t, map[string]string{"SINK_BATCH_SINGLE_OPS": "false"}, st)
-			servers.pauseDB, servers.resumeDB = st.pause, st.resume
-			history := pausedRun.run(t, "hist", servers)
-			res := checkHistoryExplained(t, history, honest)
-			t.Logf("%d pauses, %d writes cut off", servers.pauses, servers.cutByPauses(history))
+			res := decided(t, func() porcupine.CheckResult {
+				st := &pausable{Storage: memory.New(), lie: !honest}
+				// Without natural batching every write cut off by a
+				// pause is at the store (with it, most wait in the
+				// server's queue and leave it at their deadline, never
+				// written).
+				servers := newHistoryServers(t, map[string]string{"SINK_BATCH_SINGLE_OPS": "false"}, st)
+				servers.pauseDB, servers.resumeDB = st.pause, st.resume
+				history := pausedRun.run(t, "hist", servers)
+				res := checkHistoryWithin(t, history, honest, selfTestCheckLimit)
+				t.Logf("%d pauses, %d writes cut off", servers.pauses, servers.cutByPauses(history))
+				if servers.pauses < pausedRun.pauses {
+					t.Fatalf("%d pauses, want %d", servers.pauses, pausedRun.pauses)
+				}
+				return res
+			})
 			switch {
-			case servers.pauses < pausedRun.pauses:
-				t.Fatalf("%d pauses, want %d", servers.pauses, pausedRun.pauses)
 			case honest && res != porcupine.Ok:
 				t.Fatalf("the checker answered %s for a paused store that keeps its word; want Ok", res)
 			case !honest && res != porcupine.Illegal:
@@ -1050,23 +1062,53 @@ func TestHistoryCheckerCatchesBrokenStores(t *testing.T) {
 		{"lost merges", func() brokenStore { return &lostMerges{Storage: memory.New()} }},
 	} {
 		t.Run(b.name, func(t *testing.T) {
-			st := b.store()
-			servers := newHistoryServers(t, nil, st)
-			run := historyRun{clients: 4, ops: 150, records: 3, seed: 42}
-			res := checkHistoryExplained(t, run.run(t, "hist", servers), false)
-			// A lost merge is caught only if a read sees the record
-			// before a put or delete replaces it, a stale read only if
-			// no write was concurrent with it: a run that made few
-			// faults could pass by luck and say nothing of the checker.
-			n := st.broken()
-			t.Logf("%d reads or writes got wrong", n)
-			switch {
-			case n < minFaults:
-				t.Fatalf("the store got %d reads or writes wrong, want at least %d for the run to test the checker", n, minFaults)
-			case res != porcupine.Illegal:
+			res := decided(t, func() porcupine.CheckResult {
+				st := b.store()
+				servers := newHistoryServers(t, nil, st)
+				run := historyRun{clients: 4, ops: 150, records: 3, seed: 42}
+				res := checkHistoryWithin(t, run.run(t, "hist", servers), false, selfTestCheckLimit)
+				// A lost merge is caught only if a read sees the record
+				// before a put or delete replaces it, a stale read only
+				// if no write was concurrent with it: a run that made
+				// few faults could pass by luck and say nothing of the
+				// checker.
+				n := st.broken()
+				t.Logf("%d reads or writes got wrong", n)
+				if n < minFaults {
+					t.Fatalf("the store got %d reads or writes wrong, want at least %d for the run to test the checker", n, minFaults)
+				}
+				return res
+			})
+			if res != porcupine.Illegal {
 				t.Fatalf("the checker answered %s for a store with %s; want Illegal", res, b.name)
 			}
 		})
+	}
+}
+
+// selfTestCheckLimit is the checker's time limit in
+// TestHistoryCheckerCatchesBrokenStores, and selfTestAttempts how many
+// runs of a workload it makes at most (see decided).
+const (
+	selfTestCheckLimit = 20 * time.Second
+	selfTestAttempts   = 3
+)
+
+// decided returns the verdict of the first of at most selfTestAttempts
+// runs of attempt (a workload and its check) whose verdict is not
+// Unknown. Unknown says the checker's time limit passed, nothing about
+// the store: proving a history illegal searches every order of its
+// operations of unknown outcome, and how many a run has, and where,
+// depends on its timing (on a loaded machine about one run in twenty
+// of the paused workload took the checker longer than a minute).
+func decided(t *testing.T, attempt func() porcupine.CheckResult) porcupine.CheckResult {
+	t.Helper()
+	for i := 1; ; i++ {
+		res := attempt()
+		if res != porcupine.Unknown || i == selfTestAttempts {
+			return res
+		}
+		t.Logf("run %d: the checker did not decide within %s; the workload runs again", i, selfTestCheckLimit)
 	}
 }
 
