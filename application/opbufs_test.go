@@ -30,11 +30,14 @@ func poisonReleased(t *testing.T) *releaseCounts {
 	poison.Address.Store = DefaultConfig().Store
 	released = func(b *opBufs) {
 		n.several.Add(1)
-		for i := range b.work[:cap(b.work)] {
-			b.work[i] = poison
+		// Up to their capacity, as release empties them: a pooled
+		// buffer reused for fewer operations is shorter than that.
+		work, ids := b.work[:cap(b.work)], b.ids[:cap(b.ids)]
+		for i := range work {
+			work[i] = poison
 		}
-		for i := range b.ids[:cap(b.ids)] {
-			b.ids[i] = poison.Address.ID()
+		for i := range ids {
+			ids[i] = poison.Address.ID()
 		}
 	}
 	oneBufPool.released = func(b *oneBufs) {
