@@ -189,10 +189,14 @@ func TestReleasedBuffersAreEmptiedAndBounded(t *testing.T) {
 	if len(got) != 1 || got[0] != b {
 		t.Fatalf("released %d buffers", len(got))
 	}
-	for i := range cap(b.work) {
-		if b.work[i].Document.Data != nil || b.work[i].Address.Key.Size() != 0 || b.datasets[i].Dataset != "" || b.admitted[i] ||
-			b.errs[i] != nil || b.ids[i] != "" || b.outcomes[i].Dataset.Dataset != "" {
-			t.Fatalf("released buffers keep operation %d: %+v", i, b.work[i])
+	// Up to their capacity (the pool may have given buffers for more
+	// operations, reused for three).
+	work, datasets, admitted := b.work[:cap(b.work)], b.datasets[:cap(b.datasets)], b.admitted[:cap(b.admitted)]
+	errs, ids, outcomes := b.errs[:cap(b.errs)], b.ids[:cap(b.ids)], b.outcomes[:cap(b.outcomes)]
+	for i := range work {
+		if work[i].Document.Data != nil || work[i].Address.Key.Size() != 0 || datasets[i].Dataset != "" || admitted[i] ||
+			errs[i] != nil || ids[i] != "" || outcomes[i].Dataset.Dataset != "" {
+			t.Fatalf("released buffers keep operation %d: %+v", i, work[i])
 		}
 	}
 	big := getOpBufs(maxPooledOps + 1)
