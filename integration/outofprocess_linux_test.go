@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -189,18 +190,10 @@ func BenchmarkSingleOpLoadOutOfProcess(b *testing.B) {
 	sink, null := startPinnedServers(b)
 	eachLoadCase(b, []pinnedServer{sink, null}, func(b *testing.B, c singleOpCase, clients int, m []loadMeasure) {
 		s, f := m[0], m[1]
-		b.ReportMetric(s.rate, "ops/s")
-		b.ReportMetric(f.rate, "null-ops/s")
+		reportServer(b, "", s)
+		reportServer(b, "null-", f)
 		b.ReportMetric(s.rate/f.rate, "vs-null")
-		b.ReportMetric(s.cpuMicros, "cpu-µs/op")
-		b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
 		b.ReportMetric(f.cpuMicros/s.cpuMicros, "cpu-vs-null")
-		b.ReportMetric(s.allocs, "srv-allocs/op")
-		b.ReportMetric(s.bytes, "srv-B/op")
-		b.ReportMetric(f.allocs, "null-allocs/op")
-		b.ReportMetric(f.bytes, "null-B/op")
-		b.ReportMetric(s.writes, "srv-writes/op")
-		b.ReportMetric(f.writes, "null-writes/op")
 		if dir := profileDir(); dir != "" && b.N > 1 { // (not on the probe run of one request)
 			profileCase(b, dir, c, clients, profiled{"sink", sink, s.cpuMicros}, profiled{"null", null, f.cpuMicros})
 		}
@@ -228,6 +221,20 @@ func eachLoadCase(b *testing.B, servers []pinnedServer, report func(b *testing.B
 	}
 }
 
+// reportServer reports what was measured of one server, its metrics'
+// names prefixed with prefix ("" for Sink): its rate ("ops/s"), and per
+// request its processor time ("cpu-µs/op"), allocations, bytes allocated
+// and write system calls ("allocs/op", "B/op", "writes/op"; Sink's as
+// "srv-…", since the unprefixed ones are the benchmark's own).
+func reportServer(b *testing.B, prefix string, m loadMeasure) {
+	b.ReportMetric(m.rate, prefix+"ops/s")
+	b.ReportMetric(m.cpuMicros, prefix+"cpu-µs/op")
+	proc := cmp.Or(prefix, "srv-")
+	b.ReportMetric(m.allocs, proc+"allocs/op")
+	b.ReportMetric(m.bytes, proc+"B/op")
+	b.ReportMetric(m.writes, proc+"writes/op")
+}
+
 // BenchmarkOwedWorkOutOfProcess: the cases of
 // BenchmarkSingleOpLoadOutOfProcess against three servers, laid out the
 // same way and taking turns in rounds: Sink, the owed-work floor
@@ -246,18 +253,12 @@ func BenchmarkOwedWorkOutOfProcess(b *testing.B) {
 	floor := startPinnedRef(b, pinnedPrefix(b), "worksink")
 	eachLoadCase(b, []pinnedServer{sink, floor, null}, func(b *testing.B, c singleOpCase, clients int, m []loadMeasure) {
 		s, w, z := m[0], m[1], m[2]
-		b.ReportMetric(s.rate, "ops/s")
-		b.ReportMetric(w.rate, "floor-ops/s")
-		b.ReportMetric(z.rate, "null-ops/s")
-		b.ReportMetric(s.cpuMicros, "cpu-µs/op")
-		b.ReportMetric(w.cpuMicros, "floor-cpu-µs/op")
-		b.ReportMetric(z.cpuMicros, "null-cpu-µs/op")
+		reportServer(b, "", s)
+		reportServer(b, "floor-", w)
+		reportServer(b, "null-", z)
 		b.ReportMetric(z.cpuMicros/s.cpuMicros, "cpu-vs-null")
 		b.ReportMetric(z.cpuMicros/w.cpuMicros, "floor-cpu-vs-null")
 		b.ReportMetric(w.cpuMicros/s.cpuMicros, "cpu-vs-floor")
-		b.ReportMetric(s.allocs, "srv-allocs/op")
-		b.ReportMetric(w.allocs, "floor-allocs/op")
-		b.ReportMetric(z.allocs, "null-allocs/op")
 		if dir := profileDir(); dir != "" && b.N > 1 {
 			profileCase(b, dir, c, clients, profiled{"sink", sink, s.cpuMicros}, profiled{"floor", floor, w.cpuMicros}, profiled{"null", null, z.cpuMicros})
 		}
@@ -281,14 +282,10 @@ func BenchmarkCodecOutOfProcess(b *testing.B) {
 	sinkStock, nullStock := startPinnedServers(b, stock)
 	eachLoadCase(b, []pinnedServer{sink, sinkStock, null, nullStock}, func(b *testing.B, _ singleOpCase, _ int, m []loadMeasure) {
 		s, ss, f, fs := m[0], m[1], m[2], m[3]
-		b.ReportMetric(s.rate, "ops/s")
-		b.ReportMetric(ss.rate, "stock-ops/s")
-		b.ReportMetric(f.rate, "null-ops/s")
-		b.ReportMetric(fs.rate, "null-stock-ops/s")
-		b.ReportMetric(s.cpuMicros, "cpu-µs/op")
-		b.ReportMetric(ss.cpuMicros, "stock-cpu-µs/op")
-		b.ReportMetric(f.cpuMicros, "null-cpu-µs/op")
-		b.ReportMetric(fs.cpuMicros, "null-stock-cpu-µs/op")
+		reportServer(b, "", s)
+		reportServer(b, "stock-", ss)
+		reportServer(b, "null-", f)
+		reportServer(b, "null-stock-", fs)
 		b.ReportMetric(ss.cpuMicros/s.cpuMicros, "vt-gain")
 		b.ReportMetric(fs.cpuMicros/f.cpuMicros, "null-vt-gain")
 		b.ReportMetric(f.cpuMicros/s.cpuMicros, "vs-null")
