@@ -11,7 +11,9 @@ import (
 
 // The in-flight count packs the Sink RPCs running (the high bits) and
 // their operations (the low opsBits) into one integer, so that entering
-// and leaving cost one atomic addition each, as counting RPCs alone did.
+// costs one compare-and-swap (again when another request entered or left
+// meanwhile) and leaving one atomic addition, about what counting RPCs
+// alone did.
 const (
 	opsBits = 36
 	opsMask = 1<<opsBits - 1
@@ -68,14 +70,23 @@ func newAdmission() *admission {
 
 // enter counts a request of ops operations in, or refuses it with a
 // retryable RESOURCE_EXHAUSTED status error carrying a retry delay.
+//
+// A request is counted in only once it is admitted: the count never
+// includes one that is refused, not even for an instant, so that what
+// InFlight and InFlightOperations read (drains, tests, operators) never
+// exceeds the bound. (Adding first and taking a refused request out
+// again let a reader see the bound passed by the refused request.)
 func (a *admission) enter(ops int) error {
 	n := int64(min(ops, maxCounted))
-	v := a.load.Add(oneRPC + n)
-	if cur := v & opsMask; cur > a.max && cur > n {
-		a.load.Add(-(oneRPC + n))
-		return a.refuse(cur-n, n)
+	for {
+		v := a.load.Load()
+		if others := v & opsMask; others+n > a.max && others > 0 {
+			return a.refuse(others, n)
+		}
+		if a.load.CompareAndSwap(v, v+oneRPC+n) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // leave counts a request of ops operations out (it finished).

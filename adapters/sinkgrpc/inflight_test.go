@@ -258,3 +258,41 @@ func TestInterceptorLogsOverloadRefusalsAtDebug(t *testing.T) {
 		}
 	}
 }
+
+// A refused request is never counted in, not even for an instant: while
+// refusals race, a reader never sees more RPCs or operations in flight
+// than were admitted.
+func TestRefusedRequestsAreNeverCounted(t *testing.T) {
+	a := newAdmission()
+	a.max = 4
+	if err := a.enter(4); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if a.enter(1) == nil {
+					t.Error("a request over the bound was admitted")
+					a.leave(1)
+				}
+			}
+		}()
+	}
+	for range 200_000 {
+		if rpcs, ops := a.rpcs(), a.operations(); rpcs != 1 || ops != 4 {
+			t.Errorf("read %d RPCs and %d operations in flight while one of 4 was admitted", rpcs, ops)
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
